@@ -1,0 +1,29 @@
+"""Entry point of the ``gpu-operator`` command.
+
+Each subcommand lives in its own module and is registered here; later issues add ``render``,
+``operator``, ``agent NAME``, ``demo`` and ``status``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from gpu_operator import __version__
+from gpu_operator.cli.api_commands import crds_command, validate_command
+from gpu_operator.cli.cluster import cluster_group
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpu-operator")
+def cli() -> None:
+    """A Kubernetes GPU operator, API-compatible with NVIDIA's GPU Operator."""
+
+
+cli.add_command(crds_command)
+cli.add_command(validate_command)
+cli.add_command(cluster_group)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()
