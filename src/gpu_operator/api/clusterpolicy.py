@@ -1,0 +1,419 @@
+"""``ClusterPolicy`` (``nvidia.com/v1``): the cluster-wide GPU policy, field-compatible with NVIDIA's.
+
+Sections whose nested fields have server-side defaults default to ``{}`` (so an empty spec and a
+spec naming the section get the same defaults); optional sections whose presence means something
+(``gds``, ``gdrcopy``, ``driver.upgradePolicy``) stay absent. ``enabled`` flags are left unset and
+read through :mod:`gpu_operator.api.defaults`, which holds the "absent means ..." semantics.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from gpu_operator.api.base import (
+    ApiModel,
+    Condition,
+    EnvVar,
+    FreeForm,
+    ObjectMeta,
+    Rule,
+    Toleration,
+    opt,
+    section,
+)
+from gpu_operator.api.components import (
+    Component,
+    ConfigMapRef,
+    DriverManager,
+    DriverUpgradePolicy,
+    ImageRef,
+    NamedConfig,
+    Probe,
+    Rdma,
+)
+
+GROUP = "nvidia.com"
+VERSION = "v1"
+KIND = "ClusterPolicy"
+
+
+class OperatorMetrics(ApiModel):
+    """Operator metrics settings."""
+
+    service_monitor: bool | None = opt(description="Create a ServiceMonitor for the operator's metrics.")
+
+
+class OperatorSpec(ApiModel):
+    """Settings of the operator itself."""
+
+    default_runtime: Literal["docker", "crio", "containerd"] | None = opt(
+        description="Deprecated: the container runtime is detected from the nodes."
+    )
+    runtime_class: str = Field(default="nvidia", description="Name of the RuntimeClass operands run with.")
+    init_container: ImageRef | None = opt(description="Deprecated init container image.")
+    labels: dict[str, str] | None = opt(description="Labels added to objects the operator creates.")
+    annotations: dict[str, str] | None = opt(description="Annotations added to objects the operator creates.")
+    metrics: OperatorMetrics | None = opt(description="Operator metrics settings.")
+    use_ocp_driver_toolkit: bool | None = opt(
+        alias="use_ocp_driver_toolkit", description="Build drivers with the OpenShift Driver Toolkit."
+    )
+
+
+class RollingUpdate(ApiModel):
+    """Rolling-update settings of operand DaemonSets."""
+
+    max_unavailable: str | None = opt(
+        description='Pods unavailable at once during an update: a count ("1") or a percentage ("25%").',
+        pattern=r"^([0-9]+|(100|[1-9]?[0-9])%)$",
+    )
+
+
+class DaemonsetsSpec(ApiModel):
+    """Settings applied to every operand DaemonSet."""
+
+    labels: dict[str, str] | None = opt(description="Labels added to operand pods (app labels are kept).")
+    annotations: dict[str, str] | None = opt(description="Annotations added to operand pods.")
+    tolerations: list[Toleration] | None = opt(description="Tolerations that replace the operands' own.")
+    priority_class_name: str | None = opt(description="PriorityClass of operand pods.")
+    update_strategy: Literal["RollingUpdate", "OnDelete"] = Field(
+        default="RollingUpdate",
+        description="Update strategy of operand DaemonSets (the driver's is OnDelete).",
+    )
+    rolling_update: RollingUpdate | None = opt(description="Rolling-update settings.")
+    pod_security_context: FreeForm | None = opt(description="Pod security context (core/v1) of operand pods.")
+
+
+class RepoConfig(ApiModel):
+    """OS package repositories for building the driver."""
+
+    config_map_name: str | None = opt(description="ConfigMap whose keys are repository files.")
+
+
+class CertConfig(ApiModel):
+    """Custom CA certificates for package downloads."""
+
+    name: str | None = opt(description="ConfigMap holding the certificates.")
+
+
+class LicensingConfig(ApiModel):
+    """vGPU guest licensing."""
+
+    config_map_name: str | None = opt(description="Deprecated: ConfigMap with gridd.conf; use secretName.")
+    secret_name: str | None = opt(description="Secret with gridd.conf and the NLS client token.")
+    nls_enabled: bool | None = opt(description="Use NVIDIA License System (default false in v1).")
+
+
+class VirtualTopology(ApiModel):
+    """Virtual topology daemon configuration."""
+
+    config: str | None = opt(description="ConfigMap with the topology file.")
+
+
+class DriverSpec(Component):
+    """The NVIDIA driver operand."""
+
+    use_nvidia_driver_crd: bool | None = opt(
+        alias="useNvidiaDriverCRD", description="Manage drivers with NVIDIADriver resources instead."
+    )
+    use_precompiled: bool | None = opt(description="Use precompiled driver images per kernel.")
+    use_open_kernel_modules: bool | None = opt(description="Deprecated: use kernelModuleType.")
+    kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
+        default="auto", description="Kernel module flavour; auto picks by driver branch and GPU."
+    )
+    startup_probe: Probe | None = opt(description="Startup probe of the driver container.")
+    liveness_probe: Probe | None = opt(description="Liveness probe of the driver container.")
+    readiness_probe: Probe | None = opt(description="Readiness probe of the driver container.")
+    rdma: Rdma | None = opt(description="GPUDirect RDMA settings.")
+    upgrade_policy: DriverUpgradePolicy | None = opt(description="Rolling driver-upgrade policy.")
+    manager: DriverManager | None = opt(description="The driver manager init step.")
+    repo_config: RepoConfig | None = opt(description="Package repositories for the driver build.")
+    cert_config: CertConfig | None = opt(description="CA certificates for package downloads.")
+    licensing_config: LicensingConfig | None = opt(description="vGPU licensing.")
+    virtual_topology: VirtualTopology | None = opt(description="Virtual topology configuration.")
+    kernel_module_config: ConfigMapRef | None = opt(description="ConfigMap of kernel module parameters.")
+    secret_env: str | None = opt(description="Secret exposed to the driver container as environment.")
+    host_network: bool | None = opt(description="Run the driver pod in the host network.")
+
+
+class ToolkitSpec(Component):
+    """The container toolkit operand (runtime configuration and CDI)."""
+
+    install_dir: str = Field(
+        default="/usr/local/nvidia", description="Host directory the toolkit installs to."
+    )
+
+
+class MpsSpec(ApiModel):
+    """MPS sharing settings of the device plugin."""
+
+    root: str = Field(default="/run/nvidia/mps", description="Host directory of the MPS control daemon.")
+
+
+class DevicePluginSpec(Component):
+    """The kubelet device plugin operand."""
+
+    config: NamedConfig | None = opt(description="ConfigMap of named plugin configurations.")
+    mps: MpsSpec = section(MpsSpec, description="MPS settings.")
+
+
+class DCGMSpec(Component):
+    """The standalone DCGM host engine operand."""
+
+    host_port: int | None = opt(description="Deprecated host port of the host engine.", ge=0, le=65535)
+
+
+class ServiceMonitorSpec(ApiModel):
+    """A Prometheus Operator ServiceMonitor for an operand's metrics."""
+
+    enabled: bool | None = opt(description="Create the ServiceMonitor (default false).")
+    interval: str | None = opt(description="Scrape interval, e.g. 15s.", pattern=r"^([0-9]+(ms|s|m|h))+$")
+    scrape_timeout: str | None = opt(
+        description="Scrape timeout, e.g. 10s.", pattern=r"^([0-9]+(ms|s|m|h))+$"
+    )
+    honor_labels: bool | None = opt(description="Keep the exporter's labels on conflicts.")
+    additional_labels: dict[str, str] | None = opt(description="Labels added to the ServiceMonitor.")
+    relabelings: list[FreeForm] | None = opt(description="Prometheus relabel configs.")
+
+
+class ServiceSpec(ApiModel):
+    """The metrics Service of an operand."""
+
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] | None = opt(description="Service type.")
+    internal_traffic_policy: Literal["Cluster", "Local"] | None = opt(description="Internal traffic policy.")
+
+
+class HpcJobMapping(ApiModel):
+    """HPC job attribution of GPU metrics."""
+
+    enabled: bool | None = opt(description="Attribute metrics to HPC jobs.")
+    directory: str | None = opt(description="Directory of the job mapping files.")
+
+
+class DCGMExporterSpec(Component):
+    """The DCGM-compatible metrics exporter operand."""
+
+    annotations: dict[str, str] | None = opt(description="Annotations of the exporter pods.")
+    config: ConfigMapRef | None = opt(description="ConfigMap with dcgm-metrics.csv.")
+    service_monitor: ServiceMonitorSpec | None = opt(description="ServiceMonitor settings.")
+    service: ServiceSpec | None = opt(description="Service settings.")
+    host_pid: bool | None = opt(alias="hostPID", description="Run in the host PID namespace.")
+    host_network: bool | None = opt(description="Run in the host network.")
+    hpc_job_mapping: HpcJobMapping | None = opt(description="HPC job attribution.")
+    enable_pod_labels: bool | None = opt(description="Add pod labels to metrics.")
+    enable_pod_uid: bool | None = opt(alias="enablePodUID", description="Add pod UIDs to metrics.")
+    pod_label_allowlist_regex: list[str] | None = opt(description="Pod labels allowed on metrics (regexes).")
+
+
+class GPUFeatureDiscoverySpec(Component):
+    """The GPU feature discovery operand."""
+
+
+class MIGSpec(ApiModel):
+    """How MIG devices are exposed."""
+
+    strategy: Literal["none", "single", "mixed"] | None = opt(
+        description="MIG strategy: none, single or mixed."
+    )
+
+
+class MIGManagerConfig(ApiModel):
+    """MIG partitioning configurations."""
+
+    name: str | None = opt(description="ConfigMap with config.yaml (mig-parted format).")
+    default: Literal["all-disabled", ""] = Field(
+        default="all-disabled", description="Configuration applied to nodes that ask for none."
+    )
+
+
+class MIGManagerSpec(Component):
+    """The MIG manager operand."""
+
+    config: MIGManagerConfig | None = opt(description="MIG configurations.")
+    gpu_clients_config: ConfigMapRef | None = opt(description="ConfigMap with clients.yaml.")
+
+
+class NodeStatusExporterSpec(Component):
+    """The node status exporter operand."""
+
+
+class EnvOnly(ApiModel):
+    """Environment of one validator component."""
+
+    env: list[EnvVar] | None = opt(description="Environment variables.")
+
+
+class ValidatorSpec(Component):
+    """The validator chain."""
+
+    plugin: EnvOnly | None = opt(description="Device plugin validation.")
+    toolkit: EnvOnly | None = opt(description="Toolkit validation.")
+    driver: EnvOnly | None = opt(description="Driver validation.")
+    cuda: EnvOnly | None = opt(description="CUDA workload validation.")
+    vfio_pci: EnvOnly | None = opt(alias="vfioPCI", description="vfio-pci validation.")
+    vgpu_manager: EnvOnly | None = opt(description="vGPU manager validation.")
+    vgpu_devices: EnvOnly | None = opt(description="vGPU devices validation.")
+
+
+class EnabledOnly(ApiModel):
+    """A feature with only an on/off switch."""
+
+    enabled: bool | None = opt(description="Turn the feature on (default false).")
+
+
+class CDISpec(ApiModel):
+    """Container Device Interface settings."""
+
+    enabled: bool = Field(default=True, description="Use CDI to inject GPUs into containers.")
+    default: bool | None = opt(description="Deprecated: CDI is the default mode when enabled.")
+    nri_plugin_enabled: bool = Field(default=False, description="Inject devices with the NRI plugin.")
+
+
+class SandboxWorkloadsSpec(ApiModel):
+    """GPU passthrough and vGPU for virtual machines."""
+
+    enabled: bool | None = opt(description="Support sandboxed (VM) workloads (default false).")
+    default_workload: Literal["container", "vm-passthrough", "vm-vgpu"] = Field(
+        default="container", description="Workload type of nodes without nvidia.com/gpu.workload.config."
+    )
+    mode: Literal["kubevirt", "kata"] = Field(default="kubevirt", description="Sandbox runtime.")
+
+
+class VGPUManagerSpec(Component):
+    """The vGPU host manager operand."""
+
+    driver_manager: DriverManager | None = opt(description="The driver manager init step.")
+    kernel_module_config: ConfigMapRef | None = opt(description="ConfigMap of kernel module parameters.")
+
+
+class VGPUDeviceManagerConfig(ApiModel):
+    """vGPU device configurations."""
+
+    name: str | None = opt(description="ConfigMap of vGPU device configurations.")
+    default: str = Field(default="default", description="Configuration applied to nodes that ask for none.")
+
+
+class VGPUDeviceManagerSpec(Component):
+    """The vGPU device manager operand."""
+
+    config: VGPUDeviceManagerConfig | None = opt(description="vGPU device configurations.")
+
+
+class VFIOManagerSpec(Component):
+    """The vfio-pci manager operand."""
+
+    driver_manager: DriverManager | None = opt(description="The driver manager init step.")
+
+
+class SandboxDevicePluginSpec(Component):
+    """A device plugin for sandboxed workloads."""
+
+
+class KataManagerSpec(Component):
+    """Deprecated and ignored: kept so existing manifests still parse."""
+
+    config: FreeForm | None = opt(description="Deprecated configuration, ignored.")
+
+
+class CCManagerSpec(Component):
+    """The confidential-computing manager operand."""
+
+    default_mode: Literal["on", "off", "devtools"] | None = opt(description="Confidential computing mode.")
+
+
+class HostPathsSpec(ApiModel):
+    """Host paths the operands use."""
+
+    root_fs: str | None = opt(alias="rootFS", description="Host root filesystem (Helm default /).")
+    driver_install_dir: str | None = opt(description="Where a containerised driver is installed.")
+    kubelet_root_dir: str = Field(default="/var/lib/kubelet", description="The kubelet's root directory.")
+
+
+class GPUDirectStorageSpec(Component):
+    """GPUDirect Storage (nvidia-fs sidecar of the driver)."""
+
+
+class GDRCopySpec(Component):
+    """GDRCopy (gdrdrv sidecar of the driver)."""
+
+
+def _nri_requires_cdi_and_toolkit(spec: ClusterPolicySpec) -> bool:
+    if not spec.cdi.nri_plugin_enabled:
+        return True
+    toolkit_on = spec.toolkit.enabled is None or spec.toolkit.enabled
+    return spec.cdi.enabled and toolkit_on
+
+
+class ClusterPolicySpec(ApiModel):
+    """The desired state of GPU nodes in the cluster."""
+
+    rules = (
+        Rule(
+            cel=(
+                "!self.cdi.nriPluginEnabled || (self.cdi.enabled"
+                " && (!has(self.toolkit.enabled) || self.toolkit.enabled))"
+            ),
+            message="cdi.nriPluginEnabled requires cdi.enabled and toolkit.enabled",
+            check=_nri_requires_cdi_and_toolkit,
+            field_path=".cdi.nriPluginEnabled",
+        ),
+    )
+
+    operator: OperatorSpec = section(OperatorSpec, description="The operator itself.")
+    daemonsets: DaemonsetsSpec = section(DaemonsetsSpec, description="Settings of every operand DaemonSet.")
+    driver: DriverSpec = section(DriverSpec, description="The NVIDIA driver.")
+    toolkit: ToolkitSpec = section(ToolkitSpec, description="The container toolkit.")
+    device_plugin: DevicePluginSpec = section(DevicePluginSpec, description="The kubelet device plugin.")
+    dcgm: DCGMSpec = section(DCGMSpec, description="The standalone DCGM host engine.")
+    dcgm_exporter: DCGMExporterSpec = section(DCGMExporterSpec, description="The metrics exporter.")
+    gfd: GPUFeatureDiscoverySpec = section(GPUFeatureDiscoverySpec, description="GPU feature discovery.")
+    mig: MIGSpec = section(MIGSpec, description="How MIG devices are exposed.")
+    mig_manager: MIGManagerSpec = section(MIGManagerSpec, description="The MIG manager.")
+    node_status_exporter: NodeStatusExporterSpec = section(
+        NodeStatusExporterSpec, description="The node status exporter."
+    )
+    validator: ValidatorSpec = section(ValidatorSpec, description="The validator chain.")
+    psp: EnabledOnly | None = opt(description="Deprecated PodSecurityPolicy switch.")
+    psa: EnabledOnly = section(EnabledOnly, description="Label the operator namespace for Pod Security.")
+    cdi: CDISpec = section(CDISpec, description="Container Device Interface.")
+    sandbox_workloads: SandboxWorkloadsSpec = section(SandboxWorkloadsSpec, description="VM workloads.")
+    vgpu_manager: VGPUManagerSpec = section(VGPUManagerSpec, description="The vGPU host manager.")
+    vgpu_device_manager: VGPUDeviceManagerSpec = section(
+        VGPUDeviceManagerSpec, description="The vGPU device manager."
+    )
+    vfio_manager: VFIOManagerSpec = section(VFIOManagerSpec, description="The vfio-pci manager.")
+    sandbox_device_plugin: SandboxDevicePluginSpec = section(
+        SandboxDevicePluginSpec, description="The KubeVirt sandbox device plugin."
+    )
+    kata_sandbox_device_plugin: SandboxDevicePluginSpec = section(
+        SandboxDevicePluginSpec, description="The Kata sandbox device plugin."
+    )
+    kata_manager: KataManagerSpec | None = opt(description="Deprecated, ignored.")
+    cc_manager: CCManagerSpec = section(CCManagerSpec, description="The confidential-computing manager.")
+    host_paths: HostPathsSpec = section(HostPathsSpec, description="Host paths.")
+    gds: GPUDirectStorageSpec | None = opt(description="GPUDirect Storage.")
+    gdrcopy: GDRCopySpec | None = opt(description="GDRCopy.")
+
+
+class ClusterPolicyStatus(ApiModel):
+    """The observed state of the policy."""
+
+    state: Literal["ignored", "ready", "notReady"] | None = opt(description="ready, notReady or ignored.")
+    namespace: str | None = opt(description="The operator namespace.")
+    conditions: list[Condition] | None = opt(description="Ready and Error conditions.")
+
+
+class ClusterPolicy(ApiModel):
+    """The cluster-wide GPU policy (one is active: the oldest)."""
+
+    crd_plural: ClassVar[str] = "clusterpolicies"
+
+    api_version: Literal["nvidia.com/v1"] = Field(default="nvidia.com/v1", alias="apiVersion")
+    kind: Literal["ClusterPolicy"] = "ClusterPolicy"
+    metadata: ObjectMeta
+    spec: ClusterPolicySpec = section(ClusterPolicySpec)
+    status: ClusterPolicyStatus | None = None
+
+
+__all__ = ["ClusterPolicy", "ClusterPolicySpec", "ClusterPolicyStatus", "EnvVar"]

@@ -1,0 +1,162 @@
+"""Sections shared by many operands: image reference, probes, config references, upgrade policy.
+
+Field names and nesting follow NVIDIA's ``nvidia.com/v1`` types so that existing manifests parse
+unchanged. ``Component`` is the shape most operand sections extend (enabled flag, image, pull
+settings, resources, args, env). Next: ``clusterpolicy`` and ``nvidiadriver`` compose these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from gpu_operator.api.base import (
+    ApiModel,
+    EnvVar,
+    IntOrPercent,
+    PullPolicy,
+    ResourceRequirements,
+    Rule,
+    opt,
+)
+
+IMAGE_NAME_PATTERN = r"^[a-zA-Z0-9\-]+$"
+
+
+def _blank(value: str | None) -> bool:
+    return value is None or value == ""
+
+
+def image_triple_complete(obj: Any) -> bool:
+    """Image reference rule: ``image`` alone (a full reference) or repository, image and version together."""
+    repo, image, version = obj.repository, obj.image, obj.version
+    if _blank(repo) and _blank(version):
+        return True
+    return not (_blank(repo) or _blank(image) or _blank(version))
+
+
+IMAGE_RULE = Rule(
+    cel=(
+        "((!has(self.repository) || self.repository == '') && (!has(self.version) || self.version == ''))"
+        " || (has(self.repository) && self.repository != '' && has(self.image) && self.image != ''"
+        " && has(self.version) && self.version != '')"
+    ),
+    message="repository, image and version must be set together (or image alone as a full image reference)",
+    check=image_triple_complete,
+    field_path=".image",
+)
+
+
+class ImageRef(ApiModel):
+    """Where an operand's container image comes from, and how it is pulled."""
+
+    rules = (IMAGE_RULE,)
+
+    repository: str | None = opt(description="Registry and path, e.g. nvcr.io/nvidia.")
+    image: str | None = opt(
+        description="Image name, or a full image reference when repository and version are empty."
+    )
+    version: str | None = opt(description="Image tag, or a sha256:... digest.")
+    image_pull_policy: PullPolicy | None = opt(description="Pull policy (default IfNotPresent).")
+    image_pull_secrets: list[str] | None = opt(
+        description="Names of Secrets in the operator namespace used to pull the image."
+    )
+
+
+class Component(ImageRef):
+    """The fields shared by most operand sections."""
+
+    enabled: bool | None = opt(description="Deploy this operand (each section documents its default).")
+    resources: ResourceRequirements | None = opt(description="Resource limits and requests.")
+    args: list[str] | None = opt(description="Extra arguments for the operand's main container.")
+    env: list[EnvVar] | None = opt(
+        description="Extra environment variables for the operand's main container."
+    )
+
+
+class ConfigMapRef(ApiModel):
+    """A reference to a ConfigMap in the operator namespace by name."""
+
+    name: str | None = opt(description="Name of the ConfigMap.")
+
+
+class NamedConfig(ApiModel):
+    """A ConfigMap of named configurations, and the one used when a node asks for none."""
+
+    name: str | None = opt(description="Name of the ConfigMap holding the configurations.")
+    default: str | None = opt(description="Key of the configuration used by default.")
+
+
+class Probe(ApiModel):
+    """Timings of a container probe."""
+
+    initial_delay_seconds: int | None = opt(description="Seconds before the first probe.", ge=0)
+    timeout_seconds: int | None = opt(description="Seconds after which a probe times out.", ge=1)
+    period_seconds: int | None = opt(description="Seconds between probes.", ge=1)
+    success_threshold: int | None = opt(description="Successes needed after a failure.", ge=1)
+    failure_threshold: int | None = opt(description="Failures before giving up.", ge=1)
+
+
+class DriverManager(ImageRef):
+    """The driver manager init step (k8s-driver-manager image and its environment)."""
+
+    env: list[EnvVar] | None = opt(description="Environment of the driver manager.")
+
+
+class PodDeletion(ApiModel):
+    """How GPU pods are deleted from a node before its driver is upgraded."""
+
+    force: bool = Field(default=False, description="Also delete pods not managed by a controller.")
+    timeout_seconds: int = Field(
+        default=300, ge=0, description="How long to wait for deletion (0 = forever)."
+    )
+    delete_empty_dir: bool = Field(default=False, description="Also delete pods using emptyDir volumes.")
+
+
+class WaitForCompletion(ApiModel):
+    """Jobs to let finish on a node before upgrading its driver."""
+
+    pod_selector: str = Field(default="", description="Label selector of the pods to wait for.")
+    timeout_seconds: int = Field(default=0, ge=0, description="How long to wait (0 = forever).")
+
+
+class Drain(ApiModel):
+    """Whether and how to drain a node before upgrading its driver."""
+
+    enable: bool = Field(default=False, description="Drain the node after deleting GPU pods.")
+    force: bool = Field(default=False, description="Also evict pods not managed by a controller.")
+    pod_selector: str = Field(default="", description="Label selector limiting which pods are drained.")
+    timeout_seconds: int = Field(
+        default=300, ge=0, description="How long to wait for the drain (0 = forever)."
+    )
+    delete_empty_dir: bool = Field(default=False, description="Also evict pods using emptyDir volumes.")
+
+
+class DriverUpgradePolicy(ApiModel):
+    """The rolling driver-upgrade policy (driver.upgradePolicy)."""
+
+    auto_upgrade: bool = Field(default=False, description="Upgrade drivers automatically, node by node.")
+    max_parallel_upgrades: int = Field(default=1, ge=0, description="Nodes upgraded at once; 0 = unlimited.")
+    max_unavailable: IntOrPercent = Field(
+        default="25%",
+        description="Most nodes (count or percentage of managed nodes) unavailable at once, incl. those upgrading.",
+    )
+    pod_deletion: PodDeletion | None = opt(description="How GPU pods are deleted before the upgrade.")
+    wait_for_completion: WaitForCompletion | None = opt(description="Jobs to wait for before the upgrade.")
+    drain: Drain | None = opt(description="Whether and how to drain the node before the upgrade.")
+
+
+class NVIDIADriverUpgradePolicy(DriverUpgradePolicy):
+    """The NVIDIADriver upgrade policy: same knobs, but automatic upgrades are on by default."""
+
+    auto_upgrade: bool = Field(default=True, description="Upgrade drivers automatically, node by node.")
+
+
+class Rdma(ApiModel):
+    """GPUDirect RDMA through the nvidia-peermem module."""
+
+    enabled: bool | None = opt(description="Load nvidia-peermem (default false).")
+    use_host_mofed: bool | None = opt(
+        description="MOFED is installed on the host, not by the network operator."
+    )

@@ -1,0 +1,162 @@
+"""Offline validation of ClusterPolicy and NVIDIADriver documents, with field paths in every error.
+
+``validate_document`` parses one decoded YAML/JSON document into its model and turns pydantic's
+errors into :class:`FieldError` lines such as
+``spec.driver.upgradePolicy.maxUnavailable: must be an integer or a percentage``. ``load_file``
+reads a multi-document YAML file and reports parse errors with the file name and line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.api.nvidiadriver import NVIDIADriver
+
+KINDS: dict[tuple[str, str], type[BaseModel]] = {
+    ("nvidia.com/v1", "ClusterPolicy"): ClusterPolicy,
+    ("nvidia.com/v1alpha1", "NVIDIADriver"): NVIDIADriver,
+}
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem in a document: where (dotted JSON path) and what."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of validating one document."""
+
+    source: str
+    kind: str
+    name: str
+    errors: tuple[FieldError, ...]
+    model: BaseModel | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.startswith(("function-after[", "function-wrap[")) or part in {"int", "str"}:
+            # Validator and union-branch markers are pydantic internals, not document fields.
+            continue
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+_MESSAGES = {
+    "extra_forbidden": "unknown field",
+    "missing": "required field is missing",
+    "bool_type": "must be a boolean (true or false)",
+    "int_type": "must be an integer",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "float_type": "must be a number",
+}
+
+
+def _message(err: Any) -> str:
+    kind = err["type"]
+    if kind == "literal_error":
+        return f"must be one of {err['ctx']['expected']} (got {err['input']!r})"
+    if kind == "string_pattern_mismatch":
+        return f"{err['input']!r} does not match the pattern {err['ctx']['pattern']}"
+    if kind in ("greater_than_equal", "less_than_equal"):
+        return str(err["msg"]).replace("Input should be", "must be")
+    if kind == "string_too_short":
+        return "must not be empty"
+    return _MESSAGES.get(kind, str(err["msg"]))
+
+
+def _errors(exc: ValidationError) -> list[FieldError]:
+    out: list[FieldError] = []
+    seen: set[tuple[str, str]] = set()
+    for err in exc.errors(include_url=False):
+        base = _path(err["loc"])
+        if err["type"] == "cross_field":
+            lines = [(base + r["field_path"], r["message"]) for r in err["ctx"]["rules"]]
+        elif err["type"] in ("int_type", "string_type") and any(p in ("int", "str") for p in err["loc"]):
+            # An int-or-string field rejected by both branches: say it once.
+            lines = [(base, "must be an integer or a string")]
+        else:
+            lines = [(base, _message(err))]
+        for path, msg in lines:
+            if (path, msg) not in seen:
+                seen.add((path, msg))
+                out.append(FieldError(path=path, message=msg))
+    return out
+
+
+def validate_document(doc: Any, *, source: str = "<input>") -> Result:
+    """Validate one decoded document against the model its apiVersion and kind name."""
+    if not isinstance(doc, dict):
+        return Result(source, "?", "?", (FieldError("", "document must be a mapping (an object)"),))
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    name = str((doc.get("metadata") or {}).get("name", "?")) if isinstance(doc.get("metadata"), dict) else "?"
+    model = KINDS.get((str(api_version), str(kind)))
+    if model is None:
+        known = ", ".join(f"{v}/{k}" for v, k in KINDS)
+        msg = f"unsupported apiVersion/kind {api_version}/{kind} (expected one of: {known})"
+        return Result(source, str(kind), name, (FieldError("", msg),))
+    try:
+        parsed = model.model_validate(doc)
+    except ValidationError as exc:
+        return Result(source, str(kind), name, tuple(_errors(exc)))
+    return Result(source, str(kind), name, (), parsed)
+
+
+class DocumentError(Exception):
+    """A file that cannot be read or parsed as YAML; the message names the file and line."""
+
+
+def load_file(path: Path) -> list[Any]:
+    """Every non-empty YAML document in ``path``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DocumentError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise DocumentError(f"{path}{where}: invalid YAML: {problem}") from exc
+
+
+def validate_file(path: Path) -> list[Result]:
+    """Validate every document in a file (raises :class:`DocumentError` on unreadable YAML)."""
+    docs = load_file(path)
+    if not docs:
+        return [Result(str(path), "?", "?", (FieldError("", "file holds no YAML document"),))]
+    return [
+        validate_document(d, source=f"{path}#{i}" if len(docs) > 1 else str(path)) for i, d in enumerate(docs)
+    ]
+
+
+def to_manifest(model: BaseModel, *, with_defaults: bool = False) -> dict[str, Any]:
+    """The document form of a model: as given (round trip) or with every default filled in."""
+    if with_defaults:
+        return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return model.model_dump(by_alias=True, exclude_unset=True, mode="json")

@@ -1,0 +1,59 @@
+"""`gpu-operator validate` and `gpu-operator crds` as a user runs them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gpu_operator.cli.main import cli
+from tests.conftest import INVALID, SAMPLES
+
+pytestmark = pytest.mark.unit
+
+
+def test_validate_samples_exit_zero() -> None:
+    result = CliRunner().invoke(cli, ["validate", *map(str, sorted(SAMPLES.glob("*.yaml")))])
+    assert result.exit_code == 0, result.output
+    assert "ok" in result.output
+    assert "ClusterPolicy cluster-policy" in result.output
+
+
+def test_validate_reports_every_error_with_path_and_exit_one() -> None:
+    result = CliRunner().invoke(
+        cli, ["validate", str(INVALID / "wrong-type.yaml"), str(INVALID / "wrong-enum.yaml")]
+    )
+    assert result.exit_code == 1
+    assert "wrong-type.yaml: ClusterPolicy p: spec.driver.enabled: must be a boolean" in result.output
+    assert "spec.devicePlugin.resources.limits.memory" in result.output
+    assert "wrong-enum.yaml: ClusterPolicy p: spec.mig.strategy: must be one of" in result.output
+
+
+def test_validate_mixed_files_fails(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("a: [\n", encoding="utf-8")
+    result = CliRunner().invoke(cli, ["validate", str(SAMPLES / "clusterpolicy-minimal.yaml"), str(broken)])
+    assert result.exit_code == 1
+    assert "broken.yaml:2:1: invalid YAML" in result.output
+
+
+def test_crds_prints_and_writes(tmp_path: Path) -> None:
+    printed = CliRunner().invoke(cli, ["crds"])
+    assert printed.exit_code == 0
+    docs = [d for d in yaml.safe_load_all(printed.output) if d]
+    assert [d["metadata"]["name"] for d in docs] == ["clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com"]
+    written = CliRunner().invoke(cli, ["crds", "--output-dir", str(tmp_path)])
+    assert written.exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "nvidia.com_clusterpolicies.yaml",
+        "nvidia.com_nvidiadrivers.yaml",
+    ]
+
+
+def test_version_and_help() -> None:
+    assert "gpu-operator, version" in CliRunner().invoke(cli, ["--version"]).output
+    out = CliRunner().invoke(cli, ["--help"]).output
+    for sub in ("crds", "validate", "cluster"):
+        assert sub in out
