@@ -350,9 +350,11 @@ class ClusterPolicySpec(ApiModel):
 
     rules = (
         Rule(
+            # has() guards: the API server also evaluates rules on the schema's default values.
             cel=(
-                "!self.cdi.nriPluginEnabled || (self.cdi.enabled"
-                " && (!has(self.toolkit.enabled) || self.toolkit.enabled))"
+                "!has(self.cdi) || !has(self.cdi.nriPluginEnabled) || !self.cdi.nriPluginEnabled"
+                " || ((!has(self.cdi.enabled) || self.cdi.enabled)"
+                " && (!has(self.toolkit) || !has(self.toolkit.enabled) || self.toolkit.enabled))"
             ),
             message="cdi.nriPluginEnabled requires cdi.enabled and toolkit.enabled",
             check=_nri_requires_cdi_and_toolkit,

@@ -83,7 +83,7 @@ class NVIDIADriverSpec(ApiModel):
 
     rules = (
         Rule(
-            cel="!self.default || !has(self.nodeSelector) || size(self.nodeSelector) == 0",
+            cel="!has(self.default) || !self.default || !has(self.nodeSelector) || size(self.nodeSelector) == 0",
             message="a default NVIDIADriver must not set nodeSelector (it applies to nodes no other driver selects)",
             check=_default_has_no_selector,
             field_path=".nodeSelector",
