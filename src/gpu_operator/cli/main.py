@@ -1,7 +1,7 @@
 """Entry point of the ``gpu-operator`` command.
 
 Each subcommand lives in its own module and is registered here; later issues add ``render``,
-``operator``, ``agent NAME``, ``demo`` and ``status``.
+``operator``, ``agent NAME`` and ``status``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import click
 from gpu_operator import __version__
 from gpu_operator.cli.api_commands import crds_command, validate_command
 from gpu_operator.cli.cluster import cluster_group
+from gpu_operator.cli.demo import demo_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,6 +23,7 @@ def cli() -> None:
 cli.add_command(crds_command)
 cli.add_command(validate_command)
 cli.add_command(cluster_group)
+cli.add_command(demo_command)
 
 
 def main() -> None:
