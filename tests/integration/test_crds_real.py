@@ -44,8 +44,7 @@ def _create(api: httpx.Client, doc: dict[str, Any]) -> httpx.Response:
 
 
 def _unique(doc: dict[str, Any]) -> dict[str, Any]:
-    out = {**doc, "metadata": {**doc["metadata"], "name": f"{doc['metadata']['name']}-{secrets.token_hex(3)}"}}
-    return out
+    return {**doc, "metadata": {**doc["metadata"], "name": f"{doc['metadata']['name']}-{secrets.token_hex(3)}"}}
 
 
 SAMPLE_DOCS = [(f.name, i, d) for f in sorted(SAMPLES.glob("*.yaml")) for i, d in enumerate(load_file(f))]

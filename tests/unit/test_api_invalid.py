@@ -53,6 +53,4 @@ def test_empty_file_and_non_mapping(tmp_path: Path) -> None:
     assert [str(e) for r in validate_file(empty) for e in r.errors] == ["file holds no YAML document"]
     scalar = tmp_path / "scalar.yaml"
     scalar.write_text("- 1\n- 2\n", encoding="utf-8")
-    assert [str(e) for r in validate_file(scalar) for e in r.errors] == [
-        "document must be a mapping (an object)"
-    ]
+    assert [str(e) for r in validate_file(scalar) for e in r.errors] == ["document must be a mapping (an object)"]

@@ -22,9 +22,7 @@ def test_validate_samples_exit_zero() -> None:
 
 
 def test_validate_reports_every_error_with_path_and_exit_one() -> None:
-    result = CliRunner().invoke(
-        cli, ["validate", str(INVALID / "wrong-type.yaml"), str(INVALID / "wrong-enum.yaml")]
-    )
+    result = CliRunner().invoke(cli, ["validate", str(INVALID / "wrong-type.yaml"), str(INVALID / "wrong-enum.yaml")])
     assert result.exit_code == 1
     assert "wrong-type.yaml: ClusterPolicy p: spec.driver.enabled: must be a boolean" in result.output
     assert "spec.devicePlugin.resources.limits.memory" in result.output

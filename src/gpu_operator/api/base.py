@@ -133,9 +133,7 @@ class ApiModel(BaseModel):
         ]
         if failed:
             # One error carries every violated rule; the formatter expands it into one line each.
-            raise PydanticCustomError(
-                "cross_field", "{summary}", {"summary": failed[0]["message"], "rules": failed}
-            )
+            raise PydanticCustomError("cross_field", "{summary}", {"summary": failed[0]["message"], "rules": failed})
         return self
 
 
@@ -180,9 +178,7 @@ class Condition(ApiModel):
 
     type: str = Field(description="Type of the condition, e.g. Ready.", min_length=1)
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    observed_generation: int | None = opt(
-        description="The .metadata.generation the condition was set from.", ge=0
-    )
+    observed_generation: int | None = opt(description="The .metadata.generation the condition was set from.", ge=0)
     last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
     reason: str = Field(description="Machine-readable CamelCase reason.", min_length=1)
     message: str = Field(description="Human-readable details.")

@@ -140,9 +140,7 @@ class DriverSpec(Component):
 class ToolkitSpec(Component):
     """The container toolkit operand (runtime configuration and CDI)."""
 
-    install_dir: str = Field(
-        default="/usr/local/nvidia", description="Host directory the toolkit installs to."
-    )
+    install_dir: str = Field(default="/usr/local/nvidia", description="Host directory the toolkit installs to.")
 
 
 class MpsSpec(ApiModel):
@@ -169,9 +167,7 @@ class ServiceMonitorSpec(ApiModel):
 
     enabled: bool | None = opt(description="Create the ServiceMonitor (default false).")
     interval: str | None = opt(description="Scrape interval, e.g. 15s.", pattern=r"^([0-9]+(ms|s|m|h))+$")
-    scrape_timeout: str | None = opt(
-        description="Scrape timeout, e.g. 10s.", pattern=r"^([0-9]+(ms|s|m|h))+$"
-    )
+    scrape_timeout: str | None = opt(description="Scrape timeout, e.g. 10s.", pattern=r"^([0-9]+(ms|s|m|h))+$")
     honor_labels: bool | None = opt(description="Keep the exporter's labels on conflicts.")
     additional_labels: dict[str, str] | None = opt(description="Labels added to the ServiceMonitor.")
     relabelings: list[FreeForm] | None = opt(description="Prometheus relabel configs.")
@@ -213,9 +209,7 @@ class GPUFeatureDiscoverySpec(Component):
 class MIGSpec(ApiModel):
     """How MIG devices are exposed."""
 
-    strategy: Literal["none", "single", "mixed"] | None = opt(
-        description="MIG strategy: none, single or mixed."
-    )
+    strategy: Literal["none", "single", "mixed"] | None = opt(description="MIG strategy: none, single or mixed.")
 
 
 class MIGManagerConfig(ApiModel):
@@ -381,9 +375,7 @@ class ClusterPolicySpec(ApiModel):
     cdi: CDISpec = section(CDISpec, description="Container Device Interface.")
     sandbox_workloads: SandboxWorkloadsSpec = section(SandboxWorkloadsSpec, description="VM workloads.")
     vgpu_manager: VGPUManagerSpec = section(VGPUManagerSpec, description="The vGPU host manager.")
-    vgpu_device_manager: VGPUDeviceManagerSpec = section(
-        VGPUDeviceManagerSpec, description="The vGPU device manager."
-    )
+    vgpu_device_manager: VGPUDeviceManagerSpec = section(VGPUDeviceManagerSpec, description="The vGPU device manager.")
     vfio_manager: VFIOManagerSpec = section(VFIOManagerSpec, description="The vfio-pci manager.")
     sandbox_device_plugin: SandboxDevicePluginSpec = section(
         SandboxDevicePluginSpec, description="The KubeVirt sandbox device plugin."

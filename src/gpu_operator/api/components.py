@@ -54,9 +54,7 @@ class ImageRef(ApiModel):
     rules = (IMAGE_RULE,)
 
     repository: str | None = opt(description="Registry and path, e.g. nvcr.io/nvidia.")
-    image: str | None = opt(
-        description="Image name, or a full image reference when repository and version are empty."
-    )
+    image: str | None = opt(description="Image name, or a full image reference when repository and version are empty.")
     version: str | None = opt(description="Image tag, or a sha256:... digest.")
     image_pull_policy: PullPolicy | None = opt(description="Pull policy (default IfNotPresent).")
     image_pull_secrets: list[str] | None = opt(
@@ -70,9 +68,7 @@ class Component(ImageRef):
     enabled: bool | None = opt(description="Deploy this operand (each section documents its default).")
     resources: ResourceRequirements | None = opt(description="Resource limits and requests.")
     args: list[str] | None = opt(description="Extra arguments for the operand's main container.")
-    env: list[EnvVar] | None = opt(
-        description="Extra environment variables for the operand's main container."
-    )
+    env: list[EnvVar] | None = opt(description="Extra environment variables for the operand's main container.")
 
 
 class ConfigMapRef(ApiModel):
@@ -108,9 +104,7 @@ class PodDeletion(ApiModel):
     """How GPU pods are deleted from a node before its driver is upgraded."""
 
     force: bool = Field(default=False, description="Also delete pods not managed by a controller.")
-    timeout_seconds: int = Field(
-        default=300, ge=0, description="How long to wait for deletion (0 = forever)."
-    )
+    timeout_seconds: int = Field(default=300, ge=0, description="How long to wait for deletion (0 = forever).")
     delete_empty_dir: bool = Field(default=False, description="Also delete pods using emptyDir volumes.")
 
 
@@ -127,9 +121,7 @@ class Drain(ApiModel):
     enable: bool = Field(default=False, description="Drain the node after deleting GPU pods.")
     force: bool = Field(default=False, description="Also evict pods not managed by a controller.")
     pod_selector: str = Field(default="", description="Label selector limiting which pods are drained.")
-    timeout_seconds: int = Field(
-        default=300, ge=0, description="How long to wait for the drain (0 = forever)."
-    )
+    timeout_seconds: int = Field(default=300, ge=0, description="How long to wait for the drain (0 = forever).")
     delete_empty_dir: bool = Field(default=False, description="Also evict pods using emptyDir volumes.")
 
 
@@ -157,6 +149,4 @@ class Rdma(ApiModel):
     """GPUDirect RDMA through the nvidia-peermem module."""
 
     enabled: bool | None = opt(description="Load nvidia-peermem (default false).")
-    use_host_mofed: bool | None = opt(
-        description="MOFED is installed on the host, not by the network operator."
-    )
+    use_host_mofed: bool | None = opt(description="MOFED is installed on the host, not by the network operator.")

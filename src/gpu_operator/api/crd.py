@@ -62,9 +62,7 @@ def _apply_meta(schema: Schema, meta: list[Any]) -> Schema:
     for m in meta:
         if isinstance(m, IntOrStringMarker):
             schema.clear()
-            schema.update(
-                {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
-            )
+            schema.update({"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]})
             if m.pattern:
                 schema["pattern"] = m.pattern
         elif isinstance(m, PreserveUnknown):
@@ -126,9 +124,7 @@ def _json_default(value: Any) -> Any:
 
 def field_schema(info: FieldInfo) -> Schema:
     """The schema of one model field, with description, default and constraints."""
-    schema = type_schema(
-        info.annotation if not info.metadata else typing.Annotated[info.annotation, *info.metadata]
-    )
+    schema = type_schema(info.annotation if not info.metadata else typing.Annotated[info.annotation, *info.metadata])
     if info.description:
         schema = {"description": info.description, **schema}
     if info.default_factory is not None:

@@ -150,9 +150,7 @@ def validate_file(path: Path) -> list[Result]:
     docs = load_file(path)
     if not docs:
         return [Result(str(path), "?", "?", (FieldError("", "file holds no YAML document"),))]
-    return [
-        validate_document(d, source=f"{path}#{i}" if len(docs) > 1 else str(path)) for i, d in enumerate(docs)
-    ]
+    return [validate_document(d, source=f"{path}#{i}" if len(docs) > 1 else str(path)) for i, d in enumerate(docs)]
 
 
 def to_manifest(model: BaseModel, *, with_defaults: bool = False) -> dict[str, Any]:

@@ -105,8 +105,8 @@ def run_demo(*, console: Console, interactive: bool) -> None:
             console.print(cluster.kubectl("get", "clusterpolicies,nvidiadrivers").stdout)
             _step(console, "4. A policy with mistakes is refused, naming each field")
             console.print("[bold]offline[/bold] (gpu-operator validate):")
-            for error in validate_document(BAD_POLICY).errors:
-                console.print(f"  [red]x[/red] {error}", markup=True, highlight=False)
+            for problem in validate_document(BAD_POLICY).errors:
+                console.print(f"  [red]x[/red] {problem}", markup=True, highlight=False)
             refused = _create(http, BAD_POLICY)
             console.print(f"[bold]API server[/bold] (HTTP {refused.status_code}):")
             console.print(f"  {refused.json().get('message', refused.text)}", markup=False, highlight=False)

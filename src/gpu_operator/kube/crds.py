@@ -36,7 +36,7 @@ def install_crds(
     bodies = list((manifests or crds()).values())
     names = []
     for body in bodies:
-        obj = CustomResourceDefinition.from_dict(body)
+        obj: CustomResourceDefinition = CustomResourceDefinition.from_dict(body)  # type: ignore[assignment]
         client.apply(obj, field_manager=FIELD_MANAGER, force=True)
         names.append(body["metadata"]["name"])
     deadline = time.monotonic() + timeout
