@@ -1,0 +1,213 @@
+"""``gpu-operator cluster``: run the embedded local control plane.
+
+* ``up`` starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler on 127.0.0.1 and stays in
+  the foreground until Ctrl-C; ``--detach`` leaves a supervisor process running instead (the components are
+  its children and die with it).
+* ``down`` stops the cluster recorded in the state directory; ``status`` shows it; ``kubeconfig`` prints
+  the admin kubeconfig path (``export KUBECONFIG=$(gpu-operator cluster kubeconfig)``).
+
+The state lives in ``~/.cache/gpu-operator/cluster/`` unless ``--state-dir`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gpu_operator.localcluster.binaries import CONTROL_PLANE, BinariesNotFoundError, KubeBinaries, locate_binaries
+from gpu_operator.localcluster.cluster import DEFAULT_START_TIMEOUT, LocalCluster
+from gpu_operator.localcluster.process import ProcessStartError
+from gpu_operator.localcluster.state import (
+    PHASE_FAILED,
+    PHASE_READY,
+    ClusterState,
+    default_state_dir,
+    live_state,
+    process_alive,
+    read_state,
+    remove_state,
+    terminate_owner,
+)
+from gpu_operator.localcluster.supervisor import SUPERVISOR_LOG, serve, spawn_detached, wait_until_settled
+
+console = Console()
+err_console = Console(stderr=True)
+
+state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the cluster's state file and data live (default: ~/.cache/gpu-operator/cluster).",
+)
+
+
+def _state_dir(value: Path | None) -> Path:
+    return (value or default_state_dir()).expanduser().resolve()
+
+
+def _binaries() -> KubeBinaries:
+    try:
+        return locate_binaries(required=CONTROL_PLANE)
+    except BinariesNotFoundError as error:
+        raise click.ClickException(str(error)) from error
+
+
+def _summary(*, title: str, server: str, kubeconfig: str, state_dir: Path, seconds: float | None) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("API server", server)
+    table.add_row("kubeconfig", kubeconfig)
+    table.add_row("state dir", str(state_dir))
+    if seconds is not None:
+        table.add_row("started in", f"{seconds:.1f} s")
+    return table
+
+
+@click.group(name="cluster")
+def cluster_group() -> None:
+    """Run the embedded local Kubernetes control plane (etcd, apiserver, controller-manager, scheduler)."""
+
+
+@cluster_group.command(name="up")
+@state_dir_option
+@click.option("--detach", is_flag=True, help="Return once ready, leaving a supervisor process running.")
+@click.option("--timeout", type=float, default=DEFAULT_START_TIMEOUT, show_default=True, help="Start timeout (s).")
+def up_command(state_dir: Path | None, detach: bool, timeout: float) -> None:
+    """Start a fresh local cluster.
+
+    Stays in the foreground until Ctrl-C, unless --detach.
+    """
+    directory = _state_dir(state_dir)
+    running = live_state(state_dir=directory)
+    if running is not None:
+        raise click.ClickException(
+            f"a cluster is already running (pid {running.pid}, {running.server or 'starting'}); "
+            f"stop it with `gpu-operator cluster down --state-dir {directory}`"
+        )
+    binaries = _binaries()
+    if detach:
+        _up_detached(state_dir=directory, binaries=binaries, timeout=timeout)
+        return
+
+    spinner = console.status("Starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler…")
+
+    def announce(cluster: LocalCluster) -> None:
+        spinner.stop()
+        console.print(
+            _summary(
+                title="Local cluster ready",
+                server=cluster.server,
+                kubeconfig=str(cluster.kubeconfig_path),
+                state_dir=directory,
+                seconds=cluster.timings.get("total"),
+            )
+        )
+        console.print(f"Logs in [cyan]{cluster.layout.log_dir}[/]. Press [bold]Ctrl-C[/] to stop.")
+
+    spinner.start()
+    try:
+        status = serve(state_dir=directory, binaries=binaries, detached=False, start_timeout=timeout, on_ready=announce)
+    except ProcessStartError as error:
+        raise click.ClickException(str(error)) from error
+    finally:
+        spinner.stop()
+    if status != 0:
+        state = read_state(state_dir=directory)
+        raise click.ClickException(state.error if state and state.error else "a component stopped")
+    console.print("Cluster stopped.")
+
+
+def _up_detached(*, state_dir: Path, binaries: KubeBinaries, timeout: float) -> None:
+    with console.status("Starting the cluster in the background…"):
+        pid = spawn_detached(state_dir=state_dir, binaries=binaries, start_timeout=timeout)
+        state = wait_until_settled(state_dir=state_dir, pid=pid, timeout=timeout + 30)
+    if state is None or state.phase != PHASE_READY:
+        detail = state.error if state is not None and state.error else f"see {state_dir / SUPERVISOR_LOG}"
+        if process_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+        raise click.ClickException(f"the cluster did not start: {detail}")
+    console.print(
+        _summary(
+            title=f"Local cluster ready (supervisor pid {state.pid})",
+            server=state.server or "?",
+            kubeconfig=state.kubeconfig or "?",
+            state_dir=state_dir,
+            seconds=state.start_seconds,
+        )
+    )
+    console.print(f"Stop it with [bold]gpu-operator cluster down --state-dir {state_dir}[/].")
+
+
+@cluster_group.command(name="down")
+@state_dir_option
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds before SIGKILL.")
+def down_command(state_dir: Path | None, timeout: float) -> None:
+    """Stop the running cluster."""
+    directory = _state_dir(state_dir)
+    state = read_state(state_dir=directory)
+    if state is None or not state.owner_alive():
+        if state is not None:
+            remove_state(state_dir=directory)
+        console.print(f"No cluster is running (state dir {directory}).")
+        return
+    with console.status(f"Stopping the cluster (pid {state.pid})…"):
+        clean = terminate_owner(state=state, timeout=timeout)
+    remove_state(state_dir=directory)
+    console.print("Cluster stopped." if clean else "[yellow]Cluster killed[/] (it did not stop in time).")
+
+
+@cluster_group.command(name="status")
+@state_dir_option
+def status_command(state_dir: Path | None) -> None:
+    """Show the cluster's processes and logs.
+
+    Exit status 1 when no cluster is running.
+    """
+    directory = _state_dir(state_dir)
+    state = read_state(state_dir=directory)
+    if state is None:
+        console.print(f"No cluster (state dir {directory}).")
+        raise SystemExit(1)
+    alive = state.owner_alive()
+    console.print(_status_table(state=state, alive=alive, state_dir=directory))
+    if state.error:
+        err_console.print(f"[red]error:[/] {state.error}")
+    if not alive or state.phase != PHASE_READY:
+        raise SystemExit(1)
+
+
+def _status_table(*, state: ClusterState, alive: bool, state_dir: Path) -> Table:
+    phase = state.phase if alive or state.phase == PHASE_FAILED else "gone (stale state)"
+    colour = "green" if alive and state.phase == PHASE_READY else "red"
+    uptime = f"{time.time() - state.started_at:.0f} s" if alive else "-"
+    table = Table(title=f"Local cluster: [{colour}]{phase}[/]", title_justify="left")
+    for column in ("component", "pid", "running", "log"):
+        table.add_column(column)
+    table.add_row("(owner)", str(state.pid), _yes_no(alive), str(state_dir / SUPERVISOR_LOG) if state.detached else "")
+    for name, component in state.components.items():
+        running = component.pid is not None and process_alive(component.pid)
+        table.add_row(name, str(component.pid or "-"), _yes_no(running), component.log)
+    table.caption = f"server {state.server or '-'}  kubeconfig {state.kubeconfig or '-'}  uptime {uptime}"
+    return table
+
+
+def _yes_no(value: bool) -> str:
+    return "[green]yes[/]" if value else "[red]no[/]"
+
+
+@cluster_group.command(name="kubeconfig")
+@state_dir_option
+def kubeconfig_command(state_dir: Path | None) -> None:
+    """Print the admin kubeconfig's path."""
+    directory = _state_dir(state_dir)
+    state = live_state(state_dir=directory)
+    if state is None or state.kubeconfig is None:
+        raise click.ClickException(f"no running cluster (state dir {directory}); start one with `cluster up`")
+    click.echo(state.kubeconfig)

@@ -1,0 +1,123 @@
+"""Plain data the GPU backends return: devices, MIG instances, topology links, health events, samples.
+
+Frozen dataclasses with keyword-only construction, no behaviour and no vendor types, so agents and
+tests can build and compare them freely. The interface that returns them is in ``backend``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class LinkType(Enum):
+    """How two GPUs are connected, best last (scores follow upstream's best-effort allocator)."""
+
+    CROSS_CPU = 10  # different CPU sockets (SYS)
+    SAME_CPU = 20  # same socket, through the host bridge hierarchy (NODE)
+    HOST_BRIDGE = 30  # same PCIe host bridge (PHB)
+    MULTI_SWITCH = 40  # several PCIe switches (PXB)
+    SINGLE_SWITCH = 50  # one PCIe switch (PIX)
+    SAME_BOARD = 60  # same board
+    NVLINK = 100  # NVLink / NVSwitch, per link
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """The connection between two GPUs (by index)."""
+
+    a: int
+    b: int
+    type: LinkType
+    nvlinks: int = 0  # number of NVLink lanes between the two; 0 unless type is NVLINK
+
+    @property
+    def score(self) -> int:
+        return self.type.value * self.nvlinks if self.type is LinkType.NVLINK else self.type.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigProfile:
+    """A MIG GPU-instance profile such as ``1g.10gb`` (slices of compute and memory)."""
+
+    name: str
+    profile_id: int
+    slices: int
+    memory_mib: int
+    max_count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigDevice:
+    """A MIG device: one GPU instance with its compute instance."""
+
+    uuid: str
+    parent_index: int
+    profile: str  # e.g. "1g.10gb"
+    gi_id: int
+    ci_id: int
+    memory_mib: int
+    index: int  # position among the parent's MIG devices
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    """A physical GPU as the driver reports it."""
+
+    index: int
+    uuid: str
+    name: str  # e.g. "NVIDIA H100 80GB HBM3"
+    pci_bus_id: str  # e.g. "00000000:3B:00.0"
+    memory_mib: int
+    compute_capability: tuple[int, int]
+    architecture: str  # e.g. "hopper"
+    serial: str
+    board_part_number: str
+    numa_node: int | None = None
+    mig_capable: bool = False
+    mig_enabled: bool = False  # current MIG mode
+    mig_pending: bool = False  # a mode change waits for a GPU reset
+    mig_profiles: tuple[MigProfile, ...] = ()
+
+    @property
+    def family(self) -> str:
+        return self.architecture
+
+
+@dataclass(frozen=True, kw_only=True)
+class HealthEvent:
+    """Something happened to a GPU. ``xid`` is set for XID errors; ``lost``/``recovered`` otherwise."""
+
+    uuid: str
+    xid: int | None = None
+    lost: bool = False
+    recovered: bool = False
+    gi_id: int | None = None  # MIG: the GPU instance concerned, None for the whole GPU
+    ci_id: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    """One reading of a GPU's counters (units as DCGM reports them)."""
+
+    uuid: str
+    gpu_util_pct: float
+    mem_copy_util_pct: float
+    enc_util_pct: float
+    dec_util_pct: float
+    fb_used_mib: int
+    fb_free_mib: int
+    fb_reserved_mib: int
+    temperature_c: float
+    memory_temperature_c: float
+    power_w: float
+    total_energy_mj: int
+    sm_clock_mhz: int
+    mem_clock_mhz: int
+    pcie_replay_count: int
+    ecc_sbe_volatile: int = 0
+    ecc_dbe_volatile: int = 0
+    nvlink_bandwidth_total: int = 0
+    last_xid: int = 0
+    extra: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,1 @@
+"""Integration tier: tests against the real local control plane (``LocalCluster``)."""
