@@ -33,7 +33,8 @@ class Link:
 
     @property
     def score(self) -> int:
-        return self.type.value * self.nvlinks if self.type is LinkType.NVLINK else self.type.value
+        base = int(self.type.value)
+        return base * self.nvlinks if self.type is LinkType.NVLINK else base
 
 
 @dataclass(frozen=True, kw_only=True)
