@@ -1,0 +1,254 @@
+"""The device plugin's config file (format v1, shared with feature discovery) and its settings.
+
+``load_config`` parses YAML or JSON into :class:`ConfigFile` and refuses anything doubtful with an
+error naming the file and field: unknown keys, replicas below 2, both sharing modes at once, MPS with
+mixed MIG, resource names that are not ``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``. Upstream
+ignores several of these silently; we do not. ``Settings.resolve`` applies the precedence
+command line > environment > config file > default. Next: ``resources`` turns settings and devices
+into advertised resources.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+MigStrategy = Literal["none", "single", "mixed"]
+ListStrategy = Literal["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"]
+RESOURCE_NAME = re.compile(r"^nvidia\.com/(gpu|mig-[0-9]+g\.[0-9]+gb(\.[a-z+]+)?)$")
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file and the field."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, alias_generator=to_camel, populate_by_name=True)
+
+
+class PluginFlags(_Model):
+    pass_device_specs: bool | None = None
+    device_list_strategy: ListStrategy | list[ListStrategy] | None = None
+    device_id_strategy: Literal["uuid", "index"] | None = Field(default=None, alias="deviceIDStrategy")
+    cdi_annotation_prefix: str | None = None
+    nvidia_ctk_path: str | None = Field(default=None, alias="nvidiaCTKPath")
+    container_driver_root: str | None = None
+    shared_devices_allocation_policy: Literal["distributed", "packed"] | None = None
+
+
+class GfdFlags(_Model):
+    oneshot: bool | None = None
+    no_timestamp: bool | None = None
+    sleep_interval: str | None = Field(default=None, pattern=r"^(infinite|([0-9]+(ms|s|m|h))+)$")
+    output_file: str | None = None
+    machine_type_file: str | None = None
+
+
+class Flags(_Model):
+    mig_strategy: MigStrategy | None = None
+    fail_on_init_error: bool | None = None
+    nvidia_driver_root: str | None = None
+    nvidia_dev_root: str | None = None
+    mps_root: str | None = None
+    gdrcopy_enabled: bool | None = None
+    gds_enabled: bool | None = None
+    mofed_enabled: bool | None = None
+    device_discovery_strategy: Literal["auto", "nvml", "tegra"] | None = None
+    use_node_feature_api: bool | None = Field(default=None, alias="useNodeFeatureAPI")
+    plugin: PluginFlags | None = None
+    gfd: GfdFlags | None = None
+
+
+class SharedResource(_Model):
+    name: str
+    replicas: int = Field(ge=2)
+    rename: str | None = None
+    devices: Literal["all"] | list[int | str] = "all"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if len(value) > 63 or not RESOURCE_NAME.match(value):
+            raise ValueError(f"must be nvidia.com/gpu or nvidia.com/mig-<profile> (got {value!r})")
+        return value
+
+
+class Sharing(_Model):
+    rename_by_default: bool = False
+    fail_requests_greater_than_one: bool | None = None
+    resources: list[SharedResource] = Field(min_length=1)
+
+
+class SharingSection(_Model):
+    time_slicing: Sharing | None = None
+    mps: Sharing | None = None
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> SharingSection:
+        if self.time_slicing is not None and self.mps is not None:
+            raise ValueError("timeSlicing and mps are mutually exclusive: configure one sharing mode")
+        return self
+
+
+class Imex(_Model):
+    channel_ids: list[Literal[0]] = Field(default_factory=list, alias="channelIDs")
+    required: bool = False
+
+
+class ResourcePattern(_Model):
+    pattern: str
+    name: str
+
+
+class Resources(_Model):
+    gpus: list[ResourcePattern] | None = None
+    mig: list[ResourcePattern] | None = None
+
+
+class ConfigFile(_Model):
+    """A device plugin / feature discovery config file (version v1)."""
+
+    version: Literal["v1", ""] = "v1"
+    flags: Flags = Field(default_factory=Flags)
+    resources: Resources | None = None
+    sharing: SharingSection | None = None
+    imex: Imex | None = None
+
+    @model_validator(mode="after")
+    def _mps_rules(self) -> ConfigFile:
+        if self.sharing and self.sharing.mps and self.flags.mig_strategy == "mixed":
+            raise ValueError("sharing.mps cannot be used with flags.migStrategy=mixed")
+        return self
+
+
+def parse_config(*, text: str, source: str) -> ConfigFile:
+    """Parse config text (YAML or JSON); ``source`` names it in errors."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: invalid YAML: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the config must be a mapping")
+    try:
+        return ConfigFile.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors(include_url=False):
+            path = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "literal[")))
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"{path}: {msg}" if path else msg)
+        raise ConfigError(f"{source}: " + "; ".join(lines)) from exc
+
+
+def load_config(path: Path) -> ConfigFile:
+    """Read and parse a config file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    return parse_config(text=text, source=str(path))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything the plugin acts on, after precedence is applied."""
+
+    mig_strategy: MigStrategy = "none"
+    fail_on_init_error: bool = True
+    pass_device_specs: bool = False
+    device_list_strategy: tuple[ListStrategy, ...] = ("envvar",)
+    device_id_strategy: Literal["uuid", "index"] = "uuid"
+    cdi_annotation_prefix: str = "cdi.k8s.io/"
+    driver_root: str = "/"
+    dev_root: str = "/"
+    mps_root: str = ""
+    gdrcopy_enabled: bool = False
+    gds_enabled: bool = False
+    mofed_enabled: bool = False
+    allocation_policy: Literal["distributed", "packed"] = "distributed"
+    sharing_mode: Literal["none", "time-slicing", "mps"] = "none"
+    sharing: Sharing | None = None
+
+    @staticmethod
+    def resolve(
+        *, config: ConfigFile | None, env: Mapping[str, str], overrides: Mapping[str, Any] | None = None
+    ) -> Settings:
+        """Command line (``overrides``) > environment > config file > default."""
+        cfg = config or ConfigFile()
+        flags, plugin = cfg.flags, cfg.flags.plugin or PluginFlags()
+        values: dict[str, Any] = {}
+
+        def pick(key: str, env_name: str, file_value: Any, convert: Any = str) -> None:
+            if overrides and overrides.get(key) is not None:
+                values[key] = overrides[key]
+            elif env.get(env_name, "") != "":
+                values[key] = convert(env[env_name])
+            elif file_value is not None:
+                values[key] = file_value
+
+        def boolean(raw: str) -> bool:
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+
+        def strategies(raw: Any) -> tuple[str, ...]:
+            items = raw.split(",") if isinstance(raw, str) else list(raw)
+            return tuple(s.strip() for s in items if s.strip())
+
+        pick("mig_strategy", "MIG_STRATEGY", flags.mig_strategy)
+        pick("fail_on_init_error", "FAIL_ON_INIT_ERROR", flags.fail_on_init_error, boolean)
+        pick("pass_device_specs", "PASS_DEVICE_SPECS", plugin.pass_device_specs, boolean)
+        pick("device_list_strategy", "DEVICE_LIST_STRATEGY", plugin.device_list_strategy, strategies)
+        pick("device_id_strategy", "DEVICE_ID_STRATEGY", plugin.device_id_strategy)
+        pick("cdi_annotation_prefix", "CDI_ANNOTATION_PREFIX", plugin.cdi_annotation_prefix)
+        pick("driver_root", "NVIDIA_DRIVER_ROOT", flags.nvidia_driver_root)
+        pick("dev_root", "NVIDIA_DEV_ROOT", flags.nvidia_dev_root)
+        pick("mps_root", "MPS_ROOT", flags.mps_root)
+        pick("gdrcopy_enabled", "GDRCOPY_ENABLED", flags.gdrcopy_enabled, boolean)
+        pick("gds_enabled", "GDS_ENABLED", flags.gds_enabled, boolean)
+        pick("mofed_enabled", "MOFED_ENABLED", flags.mofed_enabled, boolean)
+        pick(
+            "allocation_policy",
+            "SHARED_DEVICES_ALLOCATION_POLICY",
+            plugin.shared_devices_allocation_policy,
+        )
+        if "device_list_strategy" in values:
+            values["device_list_strategy"] = strategies(values["device_list_strategy"])
+        if "dev_root" not in values and "driver_root" in values:
+            values["dev_root"] = values["driver_root"]
+        if cfg.sharing and cfg.sharing.mps:
+            values["sharing_mode"], values["sharing"] = "mps", cfg.sharing.mps
+        elif cfg.sharing and cfg.sharing.time_slicing:
+            values["sharing_mode"], values["sharing"] = "time-slicing", cfg.sharing.time_slicing
+        settings = Settings(**values)
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Cross-source rules, checked after precedence (a flag can make a file's choice invalid)."""
+        allowed = {"envvar", "volume-mounts", "cdi-annotations", "cdi-cri"}
+        bad = [s for s in self.device_list_strategy if s not in allowed]
+        if bad or not self.device_list_strategy:
+            raise ConfigError(f"deviceListStrategy: unknown strategy {bad or '(empty)'}; use {sorted(allowed)}")
+        if self.mig_strategy not in ("none", "single", "mixed"):
+            raise ConfigError(f"migStrategy: must be none, single or mixed (got {self.mig_strategy!r})")
+        if self.sharing_mode == "mps" and not self.mps_root:
+            raise ConfigError("sharing.mps needs flags.mpsRoot (or MPS_ROOT)")
+        if self.sharing_mode == "mps" and self.mig_strategy == "mixed":
+            raise ConfigError("sharing.mps cannot be used with migStrategy=mixed")
+
+    @property
+    def fail_requests_greater_than_one(self) -> bool:
+        """Upstream default: true for MPS, false for time-slicing."""
+        if self.sharing is None:
+            return False
+        if self.sharing.fail_requests_greater_than_one is not None:
+            return self.sharing.fail_requests_greater_than_one
+        return self.sharing_mode == "mps"

@@ -1,0 +1,1 @@
+"""GPU feature discovery: node labels describing the GPUs (product, memory, family, MIG, sharing)."""
