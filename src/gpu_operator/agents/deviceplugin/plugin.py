@@ -1,0 +1,209 @@
+"""The device plugin's manager: discover devices, serve and register every resource, keep it that way.
+
+Level-triggered: every ``interval`` it checks that the kubelet socket is the one it registered with
+and that its own sockets still exist (a kubelet restart deletes them) and, if not, restarts its
+servers and registers again; it also re-reads the settings and, when they changed and are valid,
+rebuilds the resources. An invalid config is logged and the previous one keeps serving. Health
+events are read by one thread per plugin (backend waits block) and pushed to the streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+
+from gpu_operator.agents.deviceplugin.allocation import Topology
+from gpu_operator.agents.deviceplugin.config import ConfigError, Settings
+from gpu_operator.agents.deviceplugin.health import HealthBook, XidPolicy
+from gpu_operator.agents.deviceplugin.resources import LayoutError, Resource, build_resources
+from gpu_operator.agents.deviceplugin.server import OPTIONS, ResourceServer
+from gpu_operator.gpu.backend import GpuBackend, GpuError
+from gpu_operator.gpu.types import Device, MigDevice
+from gpu_operator.kubelet.paths import KUBELET_SOCKET_NAME
+from gpu_operator.kubelet.registration import register
+
+log = logging.getLogger(__name__)
+
+SettingsSource = Callable[[], Awaitable[Settings]]
+
+
+class DevicePlugin:
+    """Serves the node's GPUs to one kubelet until ``stop`` is set."""
+
+    def __init__(
+        self,
+        *,
+        backend: GpuBackend,
+        settings: SettingsSource,
+        plugin_dir: Path,
+        env: Mapping[str, str],
+        interval: float = 0.25,
+        name: str = "device-plugin",
+    ) -> None:
+        self.backend = backend
+        self.plugin_dir = plugin_dir
+        self.interval = interval
+        self.name = name
+        self._settings_source = settings
+        self._policy = XidPolicy.from_env(env)
+        self.settings: Settings | None = None
+        self.servers: list[ResourceServer] = []
+        self.health = HealthBook(policy=self._policy)
+        self.registrations = 0  # how many times resources were registered (tests and metrics)
+        self.last_error: str | None = None
+        self._kubelet_id: tuple[int, int] | None = None
+        self._stop_health = threading.Event()
+        self._topology: Topology | None = None
+        self._layout: tuple[object, ...] = ()
+        self._passes = 0
+
+    # -- discovery ---------------------------------------------------------------------------------
+
+    def _discover(self, settings: Settings) -> list[Resource]:
+        devices = list(self.backend.devices())
+        mig: dict[int, list[MigDevice]] = {
+            d.index: list(self.backend.mig_devices(d.index)) for d in devices if d.mig_enabled
+        }
+        if self._topology is None:
+            self._topology = Topology.from_links(self.backend.topology())  # computed once at start
+        self.health.set_mig_parents({m.uuid: (devices[i].uuid, m.gi_id) for i, ms in mig.items() for m in ms})
+        self._layout = _fingerprint(devices, mig)
+        return build_resources(devices=devices, mig=mig, settings=settings)
+
+    def _layout_changed(self) -> bool:
+        devices = list(self.backend.devices())
+        mig = {d.index: list(self.backend.mig_devices(d.index)) for d in devices if d.mig_enabled}
+        return _fingerprint(devices, mig) != self._layout
+
+    # -- servers -------------------------------------------------------------------------------------
+
+    def _kubelet_identity(self) -> tuple[int, int] | None:
+        try:
+            st = (self.plugin_dir / KUBELET_SOCKET_NAME).stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns)
+
+    async def _stop_servers(self) -> None:
+        servers, self.servers = self.servers, []
+        await asyncio.gather(*(s.stop() for s in servers))
+
+    async def _start_and_register(self, resources: list[Resource], settings: Settings) -> None:
+        await self._stop_servers()
+        assert self._topology is not None
+        servers = [
+            ResourceServer(
+                resource=r, settings=settings, health=self.health, topology=self._topology, plugin_dir=self.plugin_dir
+            )
+            for r in resources
+            if r.devices
+        ]
+        if not servers:
+            log.info("%s: no devices found; waiting", self.name)
+        for server in servers:
+            await server.start()
+        self.servers = servers
+        kubelet = self._kubelet_identity()
+        if kubelet is None:
+            return  # the kubelet is not up yet; the next pass registers
+        for server in servers:
+            await register(
+                kubelet_socket=self.plugin_dir / KUBELET_SOCKET_NAME,
+                endpoint=server.socket.name,
+                resource_name=server.resource.name,
+                options=OPTIONS,
+            )
+        self._kubelet_id = kubelet
+        self.registrations += 1
+        log.info("%s: registered %s", self.name, ", ".join(s.resource.name for s in servers) or "nothing")
+
+    # -- health ------------------------------------------------------------------------------------
+
+    def _health_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        while not self._stop_health.is_set():
+            try:
+                events = self.backend.wait_health_events(timeout=0.5)
+            except GpuError as exc:
+                log.warning("%s: health events unavailable: %s", self.name, exc)
+                self._stop_health.wait(1.0)
+                continue
+            if events and self.health.apply(events):
+                loop.call_soon_threadsafe(self._notify)
+
+    def _notify(self) -> None:
+        for server in self.servers:
+            server.notify()
+
+    # -- main loop -----------------------------------------------------------------------------------
+
+    async def _settings_or_none(self) -> Settings | None:
+        try:
+            return await self._settings_source()
+        except ConfigError as exc:
+            if str(exc) != self.last_error:
+                log.error("%s: refusing config, keeping the previous one: %s", self.name, exc)
+            self.last_error = str(exc)
+            return None
+
+    async def reconcile(self) -> None:
+        """One pass: settings, resources, sockets and registration converge."""
+        settings = await self._settings_or_none()
+        if settings is not None and settings != self.settings:
+            try:
+                resources = await asyncio.to_thread(self._discover, settings)
+            except (LayoutError, GpuError) as exc:
+                log.error("%s: cannot expose devices with this config, keeping the previous one: %s", self.name, exc)
+                self.last_error = str(exc)
+            else:
+                self.settings = settings
+                self.last_error = None
+                await self._start_and_register(resources, settings)
+                return
+        if self.settings is None:
+            return
+        self._passes += 1
+        if self._passes % max(1, int(4 / self.interval)) == 0:
+            changed = await asyncio.to_thread(self._safe_layout_changed)
+            if changed:
+                # MIG geometry or GPU set changed (MIG manager, hot-plug): advertise the new devices.
+                log.info("%s: device layout changed; rebuilding resources", self.name)
+                self.settings = None
+                await self.reconcile()
+                return
+        kubelet = self._kubelet_identity()
+        lost_socket = any(not s.serving for s in self.servers)
+        if kubelet is not None and (kubelet != self._kubelet_id or lost_socket):
+            log.info("%s: kubelet restarted or sockets removed; re-registering", self.name)
+            await self._start_and_register([s.resource for s in self.servers] or self._resources(), self.settings)
+
+    def _safe_layout_changed(self) -> bool:
+        try:
+            return self._layout_changed()
+        except GpuError:
+            return False
+
+    def _resources(self) -> list[Resource]:
+        assert self.settings is not None
+        return self._discover(self.settings)
+
+    async def run(self, *, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        thread = threading.Thread(target=self._health_loop, args=(loop,), name=f"{self.name}-health", daemon=True)
+        thread.start()
+        try:
+            while not stop.is_set():
+                await self.reconcile()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=self.interval)
+        finally:
+            self._stop_health.set()
+            await self._stop_servers()
+            await asyncio.to_thread(thread.join, 2.0)
+
+
+def _fingerprint(devices: list[Device], mig: Mapping[int, list[MigDevice]]) -> tuple[object, ...]:
+    return tuple((d.uuid, d.mig_enabled, tuple(m.uuid for m in mig.get(d.index, ()))) for d in devices)
