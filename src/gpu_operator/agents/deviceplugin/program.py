@@ -1,0 +1,72 @@
+"""``gpu-operator agent device-plugin``: the plugin as an agent program.
+
+Settings come from, in order: the command-line style overrides in the environment, ``CONFIG_FILE``
+(a single config file) or, for per-node configuration, the directory of named configs
+``CONFIG_FILE_SRCDIR`` (a mounted ConfigMap) with the key named by the node's
+``nvidia.com/device-plugin.config`` label, falling back to ``DEFAULT_CONFIG``. Both the label and
+the files are re-read on every pass, so a change reconfigures the plugin without a pod restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from gpu_operator.agents.deviceplugin.config import ConfigError, ConfigFile, Settings, load_config
+from gpu_operator.agents.deviceplugin.plugin import DevicePlugin
+from gpu_operator.agents.runtime import AgentContext
+
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+
+
+class NamedConfigs:
+    """Picks the config file for this node from the environment, the mounted configs and the label."""
+
+    def __init__(self, ctx: AgentContext) -> None:
+        self.ctx = ctx
+
+    async def _selected(self) -> Path | None:
+        env = self.ctx.env
+        if env.get("CONFIG_FILE") and not env.get("CONFIG_FILE_SRCDIR"):
+            return self.ctx.path(env["CONFIG_FILE"])
+        srcdir = env.get("CONFIG_FILE_SRCDIR")
+        if not srcdir:
+            return None
+        name = ""
+        if self.ctx.node is not None:
+            name = (await self.ctx.node.labels()).get(env.get("NODE_LABEL", CONFIG_LABEL), "")
+        name = name or env.get("DEFAULT_CONFIG", "")
+        if not name:
+            return None
+        path = self.ctx.path(srcdir) / name
+        if not path.exists():
+            raise ConfigError(f"{CONFIG_LABEL}={name}: no such config in {srcdir} (keys are the ConfigMap's data)")
+        return path
+
+    async def settings(self) -> Settings:
+        path = await self._selected()
+        config: ConfigFile | None = await asyncio.to_thread(load_config, path) if path else None
+        return Settings.resolve(config=config, env=self.ctx.env)
+
+
+async def main(ctx: AgentContext) -> None:
+    """Run the device plugin until the container is stopped."""
+    configs = NamedConfigs(ctx)
+    plugin = DevicePlugin(
+        backend=ctx.gpu,
+        settings=configs.settings,
+        plugin_dir=ctx.plugin_dir,
+        env=ctx.env,
+        interval=float(ctx.env.get("DP_RECONCILE_INTERVAL", "1.0")),
+        name=f"device-plugin[{ctx.node_name}]",
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(plugin.run(stop=stop))
+    try:
+        while not await ctx.sleep(0.5):
+            ctx.set_ready(bool(plugin.servers) and plugin.registrations > 0)
+            if task.done():
+                break
+    finally:
+        stop.set()
+        await task

@@ -1,0 +1,111 @@
+"""``gpu-operator agent feature-discovery``: compute the GFD labels and publish them, in a loop.
+
+Output, chosen by the environment: ``GFD_OUTPUT_FILE`` (an NFD local feature file, ``key=value``
+lines, written atomically) and/or the Node's own labels when ``GFD_LABEL_NODE`` is true (used where
+NFD is not installed; stale GFD labels are removed, other labels are never touched). The interval
+is ``GFD_SLEEP_INTERVAL`` (``60s`` default, ``infinite`` = once); ``GFD_ONESHOT`` runs once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from gpu_operator.agents.deviceplugin.config import ConfigError, Settings
+from gpu_operator.agents.deviceplugin.program import NamedConfigs
+from gpu_operator.agents.gfd.labels import NodeView, compute_labels, stale_keys
+from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.gpu.backend import GpuBackend, GpuError
+
+log = logging.getLogger(__name__)
+DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+
+
+def _true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def parse_interval(text: str) -> float | None:
+    """Seconds from ``60s``/``5m``/``1h30m``; None for ``infinite``."""
+    if text.strip() == "infinite":
+        return None
+    parts = re.findall(r"(\d+)(ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise ValueError(f"GFD_SLEEP_INTERVAL: not a duration: {text!r}")
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(int(n) * scale[u] for n, u in parts)
+
+
+def node_view(*, backend: GpuBackend, settings: Settings, machine: str, timestamp: int | None) -> NodeView:
+    devices = list(backend.devices())
+    mig = {d.index: list(backend.mig_devices(d.index)) for d in devices if d.mig_enabled}
+    sharing = settings.sharing
+    replicas = max((r.replicas for r in sharing.resources), default=1) if sharing else 1
+    return NodeView(
+        devices=devices,
+        mig=mig,
+        driver_version=backend.driver_version(),
+        cuda_version=backend.cuda_driver_version(),
+        machine=machine,
+        mig_strategy=settings.mig_strategy,
+        sharing_mode=settings.sharing_mode,
+        replicas=replicas,
+        renamed=bool(sharing and sharing.rename_by_default),
+        timestamp=timestamp,
+    )
+
+
+def write_feature_file(path: Path, labels: Mapping[str, str]) -> None:
+    """Atomically replace the NFD feature file (readers never see half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(f"{k}={v}\n" for k, v in sorted(labels.items())), encoding="utf-8")
+    os.chmod(tmp, 0o644)
+    tmp.replace(path)
+
+
+async def publish_once(ctx: AgentContext, *, configs: NamedConfigs) -> dict[str, str]:
+    """Compute the labels and write them everywhere configured; returns them."""
+    env = ctx.env
+    settings = await configs.settings()
+    machine_file = ctx.path(env.get("GFD_MACHINE_TYPE_FILE", "/sys/class/dmi/id/product_name"))
+    machine = machine_file.read_text(encoding="utf-8").strip() if machine_file.exists() else "unknown"
+    stamp = None if _true(env.get("GFD_NO_TIMESTAMP")) else int(time.time())
+    view = await asyncio.to_thread(node_view, backend=ctx.gpu, settings=settings, machine=machine, timestamp=stamp)
+    labels = compute_labels(view)
+    output = env.get("GFD_OUTPUT_FILE", DEFAULT_OUTPUT)
+    if output:
+        await asyncio.to_thread(write_feature_file, ctx.path(output), labels)
+    if _true(env.get("GFD_LABEL_NODE")) and ctx.node is not None:
+        current = await ctx.node.labels()
+        changes: dict[str, str | None] = {k: v for k, v in labels.items() if current.get(k) != v}
+        # The timestamp alone changing is not worth a write on every pass at thousands of nodes.
+        if set(changes) <= {"nvidia.com/gfd.timestamp"}:
+            changes = {}
+        changes |= dict.fromkeys(stale_keys(current=current, computed=labels))
+        if changes:
+            await ctx.node.patch_labels(changes)
+    return labels
+
+
+async def main(ctx: AgentContext) -> None:
+    """Publish labels every interval until stopped."""
+    configs = NamedConfigs(ctx)
+    interval = parse_interval(ctx.env.get("GFD_SLEEP_INTERVAL", "60s"))
+    oneshot = _true(ctx.env.get("GFD_ONESHOT"))
+    while True:
+        try:
+            labels = await publish_once(ctx, configs=configs)
+            ctx.set_ready(True)
+            log.debug("gfd[%s]: %d labels", ctx.node_name, len(labels))
+        except (ConfigError, GpuError) as exc:
+            log.error("gfd[%s]: labels not updated: %s", ctx.node_name, exc)
+        if oneshot:
+            return
+        if await ctx.sleep(interval):
+            return
