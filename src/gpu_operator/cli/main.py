@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from gpu_operator import __version__
+from gpu_operator.cli.agent import agent_command
 from gpu_operator.cli.api_commands import crds_command, validate_command
 from gpu_operator.cli.cluster import cluster_group
 from gpu_operator.cli.demo import demo_command
@@ -24,6 +25,7 @@ cli.add_command(crds_command)
 cli.add_command(validate_command)
 cli.add_command(cluster_group)
 cli.add_command(demo_command)
+cli.add_command(agent_command)
 
 
 def main() -> None:

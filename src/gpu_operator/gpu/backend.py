@@ -45,7 +45,7 @@ class GpuBackend(Protocol):
         ...
 
     def devices(self) -> Sequence[Device]:
-        """Every physical GPU, ordered by index."""
+        """Every physical GPU, ordered by index (GpuLostError naming the GPU when one stopped answering)."""
         ...
 
     def topology(self) -> Sequence[Link]:
@@ -57,21 +57,33 @@ class GpuBackend(Protocol):
         ...
 
     def set_mig_mode(self, index: int, *, enabled: bool) -> bool:
-        """Change MIG mode; returns True when a GPU reset is still needed for it to take effect."""
+        """Change MIG mode; returns True when a GPU reset is still needed for it to take effect.
+
+        A pending change shows as ``Device.mig_pending``; the reset itself (``nvidia-smi -r`` or a
+        reboot) is the MIG manager's business, outside this interface.
+        """
         ...
 
     def create_mig_devices(self, index: int, *, profiles: Sequence[str]) -> Sequence[MigDevice]:
-        """Replace the MIG geometry of GPU ``index`` with one device per profile name (e.g. ``1g.10gb``)."""
+        """Replace the MIG geometry of GPU ``index`` with one device per profile name (e.g. ``1g.10gb``).
+
+        The layout is checked before anything is destroyed: an unknown profile or one that does not
+        fit raises GpuError and leaves the old geometry in place. Needs MIG mode enabled.
+        """
         ...
 
     def sample(self) -> Sequence[Sample]:
-        """One reading of every GPU's counters."""
+        """One reading of every GPU's counters; a GPU that stopped answering is left out."""
         ...
 
     def wait_health_events(self, *, timeout: float) -> Sequence[HealthEvent]:
-        """Health events since the last call, waiting up to ``timeout`` seconds for the first one."""
+        """Health events since the last call, waiting up to ``timeout`` seconds for the first one.
+
+        Returns as soon as an event arrives, an empty list on timeout; raises GpuError as soon as
+        the backend is closed (or GpuNotFoundError when the driver goes away) while waiting.
+        """
         ...
 
     def close(self) -> None:
-        """Release the backend (NVML shutdown); idempotent."""
+        """Release the backend (NVML shutdown); idempotent. Other calls then raise GpuError."""
         ...

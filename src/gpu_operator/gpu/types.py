@@ -42,10 +42,17 @@ class MigProfile:
     """A MIG GPU-instance profile such as ``1g.10gb`` (slices of compute and memory)."""
 
     name: str
-    profile_id: int
+    profile_id: int  # the GPU-instance profile ID nvidia-smi shows (e.g. 19 for 1g.10gb on H100)
     slices: int
     memory_mib: int
     max_count: int
+    multiprocessors: int = 0
+    copy_engines: int = 0
+    decoders: int = 0
+    encoders: int = 0
+    jpegs: int = 0
+    ofas: int = 0
+    nvml_profile: int = -1  # NVML's profile index (NVML_GPU_INSTANCE_PROFILE_*), -1 when unknown
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +82,8 @@ class Device:
     serial: str
     board_part_number: str
     numa_node: int | None = None
+    pci_device_id: int = 0  # device id << 16 | vendor id, e.g. 0x233010DE (mig-parted device filters)
+    minor_number: int | None = None  # N in /dev/nvidiaN
     mig_capable: bool = False
     mig_enabled: bool = False  # current MIG mode
     mig_pending: bool = False  # a mode change waits for a GPU reset

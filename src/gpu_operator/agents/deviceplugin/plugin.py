@@ -196,7 +196,11 @@ class DevicePlugin:
         thread.start()
         try:
             while not stop.is_set():
-                await self.reconcile()
+                try:
+                    await self.reconcile()
+                except Exception as exc:  # level-triggered: log, keep serving, try again next pass
+                    log.exception("%s: reconcile failed: %s", self.name, exc)
+                    self.last_error = str(exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=self.interval)
         finally:

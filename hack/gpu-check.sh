@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Run the real-GPU test tier (tests/gpu) on a machine with an NVIDIA GPU and driver.
+#
+#   hack/gpu-check.sh            # the read-only contract checks
+#   GPU_OPERATOR_TEST_MIG=1 hack/gpu-check.sh   # also the MIG check (root, idle MIG-capable GPU)
+#
+# Extra arguments go to pytest. Exits non-zero if a check fails or if the tier was skipped, so a
+# machine without a working driver does not pass for a GPU machine.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [[ ! -x .venv/bin/pytest ]]; then
+  make venv >/dev/null
+fi
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi -L || true
+else
+  echo "gpu-check: nvidia-smi not found; NVML may still load" >&2
+fi
+
+report=$(mktemp)
+trap 'rm -f "$report"' EXIT
+set +e
+.venv/bin/pytest tests/gpu -m gpu -p no:cacheprovider -ra "$@" | tee "$report"
+rc=${PIPESTATUS[0]}
+set -e
+if ((rc == 0)) && grep -q "SKIPPED .*no NVIDIA driver\|SKIPPED .*reports no GPU" "$report"; then
+  echo "gpu-check: the GPU tier was skipped: no usable NVIDIA driver here" >&2
+  exit 3
+fi
+exit "$rc"

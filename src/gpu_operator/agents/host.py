@@ -1,0 +1,98 @@
+"""The agent context on a real node: the container's own environment, paths and in-cluster API.
+
+``gpu-operator agent NAME`` builds a :class:`HostContext` and runs the program. Paths are the
+container's (host directories arrive through hostPath mounts, under ``HOST_ROOT``, default ``/host``
+for the host's root as upstream operands mount it), the GPU backend is opened once (NVML when the
+driver is there), and the Node is read and patched with lightkube using the pod's service account.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpu_operator.gpu.backend import GpuBackend
+
+PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+FIELD_MANAGER = "gpu-operator-agent"
+
+
+class LightkubeNode:
+    """NodeAccess over the in-cluster API (lightkube, imported lazily: only real nodes need it)."""
+
+    def __init__(self, *, name: str) -> None:
+        self.name = name
+        self._client: Any = None
+
+    def _api(self) -> Any:
+        if self._client is None:
+            from lightkube import AsyncClient  # noqa: PLC0415 - only on real nodes
+
+            self._client = AsyncClient(field_manager=FIELD_MANAGER)
+        return self._client
+
+    async def labels(self) -> dict[str, str]:
+        from lightkube.resources.core_v1 import Node  # noqa: PLC0415
+
+        node = await self._api().get(Node, self.name)
+        return dict(node.metadata.labels or {})
+
+    async def patch_labels(self, changes: Mapping[str, str | None]) -> None:
+        from lightkube.resources.core_v1 import Node  # noqa: PLC0415
+
+        # A merge patch: null removes a label, other labels on the node stay untouched.
+        await self._api().patch(Node, self.name, {"metadata": {"labels": dict(changes)}})
+
+
+@dataclass
+class HostContext:
+    """AgentContext for a program running in a real container."""
+
+    gpu: GpuBackend
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    node: LightkubeNode | None = None
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: bool = False
+
+    @property
+    def node_name(self) -> str:
+        return self.env.get("NODE_NAME", "")
+
+    @property
+    def plugin_dir(self) -> Path:
+        return Path(self.env.get("KUBELET_PLUGIN_DIR", PLUGIN_DIR))
+
+    def path(self, container_path: str) -> Path:
+        return Path(container_path)
+
+    def host_path(self, node_path: str) -> Path:
+        return Path(self.env.get("HOST_ROOT", "/host")) / node_path.lstrip("/")
+
+    def set_ready(self, ready: bool = True) -> None:
+        # A readiness probe can check this file (exec: test -f).
+        self.ready = ready
+        marker = Path(self.env.get("READY_FILE", "/run/gpu-operator-agent.ready"))
+        try:
+            if ready:
+                marker.touch()
+            else:
+                marker.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+
+    async def sleep(self, seconds: float | None) -> bool:
+        try:
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+        except TimeoutError:
+            return False
+        return True

@@ -1,0 +1,45 @@
+"""``gpu-operator agent NAME``: run one node agent in this container (what operand pods execute).
+
+The same programs run in-process on simulated nodes; here they get a :class:`HostContext`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import click
+
+from gpu_operator.agents.deviceplugin import program as device_plugin
+from gpu_operator.agents.gfd import program as feature_discovery
+from gpu_operator.agents.host import HostContext, LightkubeNode
+from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.gpu import open_backend
+
+PROGRAMS: dict[str, Callable[[AgentContext], Awaitable[None]]] = {
+    "device-plugin": device_plugin.main,
+    "feature-discovery": feature_discovery.main,
+}
+
+
+@click.command("agent", context_settings={"ignore_unknown_options": True})
+@click.argument("name", type=click.Choice(sorted(PROGRAMS)))
+@click.option("--gpu-backend", default="auto", show_default=True, help="nvml, simulated, null or auto.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def agent_command(name: str, gpu_backend: str, verbose: bool) -> None:
+    """Run the node agent NAME until SIGTERM."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    backend = open_backend(gpu_backend)
+
+    async def run() -> None:
+        ctx = HostContext(gpu=backend)
+        if ctx.node_name:
+            ctx.node = LightkubeNode(name=ctx.node_name)
+        ctx.install_signal_handlers()
+        await PROGRAMS[name](ctx)
+
+    try:
+        asyncio.run(run())
+    finally:
+        backend.close()

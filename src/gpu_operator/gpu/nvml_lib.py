@@ -1,0 +1,111 @@
+"""The one door to ``pynvml``: lazy import, process-wide init/shutdown, and error translation.
+
+NVML is initialised once per process however many NvmlBackend instances exist (a reference count
+under a lock: the first ``acquire`` calls ``nvmlInit``, the last ``release`` calls ``nvmlShutdown``).
+Every NVML call goes through ``call``, which names the NVML function (and the GPU) in the error and
+maps NVML's error classes onto the project's: library or driver missing -> GpuNotFoundError, GPU lost
+-> GpuLostError, not supported or missing from the library -> NotSupportedError, the rest -> GpuError.
+``pynvml`` is imported here, inside functions, so importing ``gpu_operator.gpu`` never loads it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, TypeVar, cast
+
+from gpu_operator.gpu.backend import GpuError, GpuLostError, GpuNotFoundError, NotSupportedError
+
+T = TypeVar("T")
+
+# NVML's own state is per process, so its reference count is too; nothing else lives at module level.
+_lock = threading.Lock()
+_refs = 0
+
+
+def nvml() -> ModuleType:
+    """The ``pynvml`` module (GpuNotFoundError if the binding is not installed)."""
+    try:
+        import pynvml  # noqa: PLC0415 - imported on first use so a GPU-less import stays cheap
+    except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a declared dependency
+        raise GpuNotFoundError(f"the NVML Python binding (nvidia-ml-py) is not installed: {exc}") from exc
+    return cast(ModuleType, pynvml)
+
+
+def acquire() -> None:
+    """Initialise NVML if this is the first user in the process."""
+    global _refs  # noqa: PLW0603 - the process-wide NVML reference count
+    with _lock:
+        if _refs == 0:
+            nv = nvml()
+            call("nvmlInit", nv.nvmlInit)
+        _refs += 1
+
+
+def release() -> None:
+    """Drop one reference; the last one shuts NVML down."""
+    global _refs  # noqa: PLW0603 - the process-wide NVML reference count
+    with _lock:
+        if _refs == 0:
+            return
+        _refs -= 1
+        if _refs == 0:
+            call("nvmlShutdown", nvml().nvmlShutdown)
+
+
+def references() -> int:
+    """How many open NvmlBackends share NVML in this process (for tests and diagnostics)."""
+    with _lock:
+        return _refs
+
+
+def translate(name: str, exc: Exception, *, what: str = "") -> GpuError:
+    """The project error for NVML error ``exc`` raised by NVML function ``name``."""
+    nv = nvml()
+    code = getattr(exc, "value", None)
+    where = f" ({what})" if what else ""
+    message = f"{name}{where}: {exc} [NVML error {code}]"
+    if code in (nv.NVML_ERROR_LIBRARY_NOT_FOUND, nv.NVML_ERROR_DRIVER_NOT_LOADED):
+        return GpuNotFoundError(message)
+    if code == nv.NVML_ERROR_GPU_IS_LOST:
+        return GpuLostError(message)
+    if code == nv.NVML_ERROR_FUNCTION_NOT_FOUND:
+        return NotSupportedError(f"{message}: the loaded libnvidia-ml.so.1 lacks {name} (driver too old?)")
+    if code == nv.NVML_ERROR_NOT_SUPPORTED:
+        return NotSupportedError(message)
+    return GpuError(message)
+
+
+def call(name: str, fn: Callable[..., T], *args: Any, what: str = "", **kwargs: Any) -> T:
+    """``fn(*args)``, with NVML errors translated and naming ``name`` (and ``what``, e.g. "GPU 3")."""
+    nv = nvml()
+    try:
+        return fn(*args, **kwargs)
+    except nv.NVMLError as exc:
+        raise translate(name, exc, what=what) from exc
+
+
+def optional(name: str, fn: Callable[..., T], *args: Any, default: T, what: str = "", **kwargs: Any) -> T:
+    """Like ``call`` for queries the agents can live without: NotSupportedError gives ``default``."""
+    try:
+        return call(name, fn, *args, what=what, **kwargs)
+    except NotSupportedError:
+        return default
+
+
+def is_nvml_error(exc: BaseException, code: int) -> bool:
+    """Whether ``exc`` is the NVML error with return code ``code`` (e.g. NVML_ERROR_TIMEOUT)."""
+    return isinstance(exc, nvml().NVMLError) and getattr(exc, "value", None) == code
+
+
+def text(value: str | bytes) -> str:
+    """NVML strings arrive as ``str`` or ``bytes`` depending on the pynvml function."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def bus_id(value: str | bytes) -> str:
+    """A PCI bus id in NVML's canonical form, ``00000000:3B:00.0`` (8-digit domain, upper case)."""
+    parts = text(value).strip().upper().split(":")
+    domain = parts[0] if len(parts) == 3 else "0"
+    return f"{int(domain, 16):08X}:{':'.join(parts[-2:])}"

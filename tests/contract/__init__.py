@@ -1,0 +1,1 @@
+"""Contract tier: one set of behavioural checks run against every GPU backend (see ``checks``)."""

@@ -1,0 +1,1 @@
+"""Real-GPU tier: the backend contract against the machine's own NVIDIA driver (skipped elsewhere)."""

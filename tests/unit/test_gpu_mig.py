@@ -1,0 +1,55 @@
+"""MIG naming and layout validation shared by the simulated and NVML backends."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpu_operator.gpu.backend import GpuError
+from gpu_operator.gpu.catalog import GPU_MODELS
+from gpu_operator.gpu.mig import profile_name, validate_geometry
+
+pytestmark = pytest.mark.unit
+
+A100 = GPU_MODELS["a100-sxm4-40gb"].mig_profiles
+
+
+@pytest.mark.parametrize(
+    ("slices", "memory", "total", "nvml_profile", "name"),
+    [
+        (1, 9984, 81559, 0, "1g.10gb"),  # H100: an eighth of 80 GB
+        (1, 9984, 81559, 7, "1g.10gb+me"),
+        (7, 80896, 81559, 4, "7g.80gb"),
+        (3, 70144, 143771, 2, "3g.71gb"),  # H200: 70.5 rounds up, not to the even 70
+        (1, 4864, 40960, 0xD, "1g.5gb-me"),
+    ],
+)
+def test_profile_names(slices: int, memory: int, total: int, nvml_profile: int, name: str) -> None:
+    assert profile_name(slices=slices, memory_mib=memory, total_memory_mib=total, nvml_profile=nvml_profile) == name
+
+
+def test_a_fitting_layout_comes_back_largest_first() -> None:
+    chosen = validate_geometry(available=A100, requested=["1g.5gb", "3g.20gb", "1g.5gb", "2g.10gb"], gpu="GPU 0")
+    assert [p.name for p in chosen] == ["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"]
+    assert validate_geometry(available=A100, requested=[], gpu="GPU 0") == []
+    assert len(validate_geometry(available=A100, requested=["1g.5gb"] * 7, gpu="GPU 0")) == 7
+
+
+@pytest.mark.parametrize(
+    ("requested", "message"),
+    [
+        (["1g.6gb"], "GPU 3: unknown MIG profile '1g.6gb'; this GPU offers 1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb"),
+        (["7g.40gb", "7g.40gb"], "GPU 3: 2 x 7g.40gb requested, at most 1 fit"),
+        (["4g.20gb", "3g.20gb", "1g.5gb"], "GPU 3: 4g.20gb + 3g.20gb + 1g.5gb needs 8 compute slices, the GPU has 7"),
+        (["1g.10gb"] * 4 + ["1g.5gb"], "GPU 3: 1g.10gb + 1g.10gb + 1g.10gb + 1g.10gb + 1g.5gb needs 44288 MiB"),
+    ],
+)
+def test_layouts_that_cannot_fit_are_refused_with_the_reason(requested: list[str], message: str) -> None:
+    with pytest.raises(GpuError, match="^" + re.escape(message)):
+        validate_geometry(available=A100, requested=requested, gpu="GPU 3")
+
+
+def test_no_profiles_at_all() -> None:
+    with pytest.raises(GpuError, match="no MIG profiles are known"):
+        validate_geometry(available=(), requested=["1g.5gb"], gpu="GPU 0")
