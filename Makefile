@@ -26,8 +26,9 @@ kube-bin: ## Build (or reuse) the pinned etcd, kube-apiserver, controller-manage
 	@bash hack/build-kube.sh >/dev/null
 
 .PHONY: generate
-generate: $(STAMP) ## Regenerate CRDs and other files generated from code
+generate: $(STAMP) ## Regenerate CRDs, gRPC stubs and other files generated from code
 	$(BIN)/gpu-operator crds --output-dir deploy/crds
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash hack/gen-proto.sh
 
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check), mypy --strict, import-linter

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import multiprocessing
 import os
 import platform
 import shlex
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpu_operator.localcluster.binaries import ALL_BINARIES, KubeBinaries, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster
@@ -146,6 +150,131 @@ def idle_footprint_section(ctx: BenchContext) -> Section:
 SECTIONS: list[SectionFunction] = [cluster_start_section, idle_footprint_section]
 
 
+# -- simulated GPU nodes at scale -------------------------------------------------------------------------
+
+SIM_GRPC_SPEC = "dgx-h100:5,a100-mig:5"  # full kubelet gRPC: Registration, PodResources, the GPU plugin over sockets
+SIM_LOCAL_SPEC = "dgx-h100:300,hgx-h200:100,dgx-a100:100,pcie-l4:190,pcie-t4:100,a100-mig:100,cpu-only:100"
+SIM_NODES = 1000
+SIM_STEADY_SECONDS = 30.0
+SIM_SETTLE_SECONDS = 10.0
+
+
+def _sim_child(conn: Any, kubeconfig: str) -> None:
+    """The simulator in a process of its own, so its CPU and memory can be measured alone."""
+    from gpu_operator.sim.apiclient import ClusterAccess  # noqa: PLC0415 - only the child needs the simulator
+    from gpu_operator.sim.node import NodeOptions  # noqa: PLC0415
+    from gpu_operator.sim.simulator import Simulator  # noqa: PLC0415
+
+    simulator = Simulator(access=ClusterAccess.from_kubeconfig(Path(kubeconfig)))
+    simulator.start()
+    conn.send("started")
+    conn.recv()
+    begin = time.monotonic()
+    simulator.add_nodes(SIM_GRPC_SPEC, options=NodeOptions(kubelet_grpc=True, gpu_plugin="grpc"))
+    simulator.add_nodes(SIM_LOCAL_SPEC, options=NodeOptions(kubelet_grpc=False, gpu_plugin="local"))
+    conn.send(time.monotonic() - begin)
+    conn.recv()
+    stats = simulator.core.heartbeat.stats
+    conn.send({"leases": stats.leases, "statuses": stats.statuses, "errors": stats.errors, "last": stats.last_error})
+    begin = time.monotonic()
+    simulator.stop(timeout=600)
+    conn.send(time.monotonic() - begin)
+
+
+class _NodeWatch:
+    """Watches the simulated Nodes from the benchmark process: which are Ready and free of not-ready taints."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.healthy: set[str] = set()
+        self.seen: set[str] = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _update(self, node: dict[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        self.seen.add(name)
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
+        tainted = any(t["key"].startswith("node.kubernetes.io/") for t in node.get("spec", {}).get("taints", []))
+        (self.healthy.add if ready and not tainted else self.healthy.discard)(name)
+
+    def _run(self) -> None:
+        params = {"labelSelector": "gpu-operator.sim/node=true"}
+        with self.cluster.http_client() as http:
+            listing = http.get("/api/v1/nodes", params=params).json()
+            for node in listing["items"]:
+                self._update(node)
+            version = listing["metadata"]["resourceVersion"]
+            while not self.stop.is_set():
+                query = {**params, "watch": "true", "resourceVersion": version, "timeoutSeconds": "5"}
+                with http.stream("GET", "/api/v1/nodes", params=query, timeout=None) as response:
+                    for line in response.iter_lines():
+                        event = json.loads(line)
+                        if event["type"] in ("ADDED", "MODIFIED"):
+                            self._update(event["object"])
+                            version = event["object"]["metadata"]["resourceVersion"]
+
+
+def sim_scale_section(ctx: BenchContext) -> Section:
+    """1,000 simulated nodes (10 with full kubelet gRPC): registration rate, then the simulator's steady cost."""
+    spawn = multiprocessing.get_context("spawn")
+    with LocalCluster(binaries=ctx.binaries) as cluster:
+        parent, child_end = spawn.Pipe()
+        child = spawn.Process(target=_sim_child, args=(child_end, str(cluster.kubeconfig_path)), daemon=True)
+        child.start()
+        assert parent.recv() == "started"
+        assert child.pid is not None
+        watch = _NodeWatch(cluster)
+        watch.thread.start()
+        begin = time.monotonic()
+        parent.send("go")
+        registered = float(parent.recv())
+        while len(watch.healthy) < SIM_NODES and time.monotonic() - begin < 300:
+            time.sleep(0.1)
+        all_ready = time.monotonic() - begin
+        time.sleep(SIM_SETTLE_SECONDS)
+        pids = {"simulator": child.pid} | {n: p.pid for n, p in cluster.processes.items() if p.pid is not None}
+        before = {name: _cpu_ticks(pid) for name, pid in pids.items()}
+        start = time.monotonic()
+        time.sleep(SIM_STEADY_SECONDS)
+        elapsed = time.monotonic() - start
+        cpu = {name: (_cpu_ticks(pid) - before[name]) / CLOCK_TICKS / elapsed * 100 for name, pid in pids.items()}
+        rss, peak = _memory_kib(child.pid, "VmRSS"), _memory_kib(child.pid, "VmHWM")
+        still_healthy = len(watch.healthy)
+        parent.send("stats")
+        stats = parent.recv()
+        parent.send("stop")
+        removed = float(parent.recv())
+        child.join(timeout=60)
+        watch.stop.set()
+    rows = [
+        ["nodes registered (Node + Lease created)", f"{registered:.1f} s", f"{SIM_NODES / registered:.0f} nodes/s"],
+        [
+            "all Ready, `not-ready` taint removed by the controller",
+            f"{all_ready:.1f} s",
+            f"{SIM_NODES / all_ready:.0f} nodes/s",
+        ],
+        ["all removed (pods stopped, Node and Lease deleted)", f"{removed:.1f} s", ""],
+    ]
+    steady = [[name, f"{value:.1f}"] for name, value in cpu.items()]
+    body = (
+        f"{SIM_NODES} simulated nodes in one simulator process on this machine: {SIM_GRPC_SPEC} with the full "
+        "kubelet gRPC path (Registration and PodResources servers on unix sockets, the simulator's GPU plugin "
+        f"registering over gRPC), the rest ({SIM_LOCAL_SPEC}) with the in-process plugin path. The benchmark "
+        "watches the Nodes from its own process.\n\n"
+        + _table(["phase", "seconds", "rate"], rows)
+        + f"\n\nSteady state, {SIM_SETTLE_SECONDS:.0f} s after all were Ready, over {elapsed:.0f} s (100 % = one core; "
+        f"control-plane processes for context). Simulator memory: RSS {rss / 1024:.0f} MiB, peak {peak / 1024:.0f} "
+        f"MiB. Nodes still Ready and untainted at the end: {still_healthy}/{SIM_NODES}. Heartbeats sent by then: "
+        f"{stats['leases']} Lease renewals, {stats['statuses']} status updates, {stats['errors']} errors.\n\n"
+        + _table(["process", "CPU %"], steady)
+    )
+    return Section(title="Simulated GPU nodes: 1,000 nodes", body=body)
+
+
+SECTIONS.append(sim_scale_section)
+
+
 # -- report -----------------------------------------------------------------------------------------------
 
 
@@ -191,6 +320,19 @@ def render_report(*, sections: Sequence[Section], ctx: BenchContext, seconds: fl
     return "\n".join(parts) + "\n"
 
 
+def _merge_previous(*, sections: list[Section], previous: str, ctx: BenchContext) -> list[Section]:
+    """``--only`` into an existing report: the sections run now replace those of the same title, the others
+    are kept (in their order, new ones last), so one benchmark can be re-run without dropping the rest."""
+    fresh = {section.title: section for section in sections}
+    kept: list[Section] = []
+    for chunk in previous.split("\n## ")[1:]:
+        title, _, body = chunk.partition("\n")
+        kept.append(fresh.pop(title) if title in fresh else Section(title=title, body=body.strip("\n")))
+    if any(section.title not in {s.title for s in sections} for section in kept):
+        ctx.notes.append("sections not named by `--only` are kept from the previous report")
+    return kept + list(fresh.values())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--output", type=Path, required=True, help="Markdown file to write (BENCHMARKS.md).")
@@ -215,6 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         print(f"bench: {name}…", file=sys.stderr, flush=True)
         sections.append(function(ctx))
+    if args.only and args.output.exists():
+        sections = _merge_previous(sections=sections, previous=args.output.read_text(encoding="utf-8"), ctx=ctx)
     report = render_report(sections=sections, ctx=ctx, seconds=time.monotonic() - begin)
     args.output.write_text(report, encoding="utf-8")
     print(report)

@@ -100,3 +100,7 @@ def fake_node(local_cluster: LocalCluster) -> Iterator[FakeNodeFactory]:
     finally:
         for node in reversed(started):
             node.stop()
+
+
+# Simulated GPU nodes: ``simulator``, ``sim_nodes``, ``sim_program`` (see tests/integration/conftest_sim.py).
+from tests.integration.conftest_sim import sim_nodes, sim_program, simulator  # noqa: E402, F401

@@ -13,6 +13,7 @@ from gpu_operator.cli.agent import agent_command
 from gpu_operator.cli.api_commands import crds_command, validate_command
 from gpu_operator.cli.cluster import cluster_group
 from gpu_operator.cli.demo import demo_command
+from gpu_operator.cli.sim import sim_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,6 +27,7 @@ cli.add_command(validate_command)
 cli.add_command(cluster_group)
 cli.add_command(demo_command)
 cli.add_command(agent_command)
+cli.add_command(sim_group)
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Generated modules of ``deviceplugin.proto`` (proto package ``v1beta1``)."""

@@ -1,0 +1,1 @@
+"""The PodResources API v1 (package ``v1``)."""

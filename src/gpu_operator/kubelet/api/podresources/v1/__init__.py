@@ -1,0 +1,1 @@
+"""Generated modules of ``podresources.proto`` (proto package ``v1``)."""

@@ -1,0 +1,21 @@
+"""The operator's node agents as simulator programs.
+
+``gpu-operator sim up`` runs what the operator deploys: a container ``gpu-operator agent NAME`` on a
+simulated node runs the same ``async def main(ctx)`` the real container runs, with the simulator's
+:class:`~gpu_operator.sim.context.ProgramContext` (which provides everything
+``gpu_operator.agents.runtime.AgentContext`` asks for).
+"""
+
+from __future__ import annotations
+
+from gpu_operator.agents.deviceplugin import program as device_plugin
+from gpu_operator.agents.gfd import program as feature_discovery
+from gpu_operator.sim.programs import ProgramRegistry, default_registry
+
+
+def agent_registry() -> ProgramRegistry:
+    """The built-in test programs plus every node agent, by the names ``gpu-operator agent`` accepts."""
+    registry = default_registry()
+    registry.register_program("device-plugin", device_plugin.main)
+    registry.register_program("feature-discovery", feature_discovery.main)
+    return registry

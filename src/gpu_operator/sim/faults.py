@@ -1,0 +1,89 @@
+"""Fault injection on simulated nodes (called through :class:`~gpu_operator.sim.simulator.Simulator` and the
+``gpu-operator sim fault`` control channel).
+
+GPU faults delegate to the node's simulated backend (which queues the health event agents see in
+``wait_health_events``); the others act on the simulated kubelet: a kubelet restart (sockets removed,
+Registration served anew, plugins must re-register), NotReady (Ready=False, or heartbeats stopped so the
+node-lifecycle controller marks it unreachable), and a crash of a running program (restart count + 1, then
+restarted per the restart policy).
+"""
+
+from __future__ import annotations
+
+from gpu_operator.gpu.backend import GpuError
+from gpu_operator.gpu.simulated import SimulatedBackend
+from gpu_operator.sim.node import SimNode
+
+
+class FaultError(RuntimeError):
+    """A fault cannot be injected (unknown GPU, no such container, a node without GPUs)."""
+
+
+def _backend(node: SimNode) -> SimulatedBackend:
+    if not isinstance(node.gpu, SimulatedBackend):
+        raise FaultError(f"node {node.name} ({node.profile.name}) has no simulated GPU")
+    return node.gpu
+
+
+async def inject_xid(node: SimNode, *, gpu: int, xid: int, gi_id: int | None = None) -> str:
+    try:
+        _backend(node).inject_xid(gpu, xid, gi_id=gi_id)
+    except GpuError as error:
+        raise FaultError(str(error)) from error
+    await node.gpu_changed()
+    return f"XID {xid} on {node.name} GPU {gpu}" + (f" (GPU instance {gi_id})" if gi_id is not None else "")
+
+
+async def lose_gpu(node: SimNode, *, gpu: int) -> str:
+    try:
+        _backend(node).lose_gpu(gpu)
+    except GpuError as error:
+        raise FaultError(str(error)) from error
+    await node.gpu_changed()
+    return f"{node.name} GPU {gpu} fell off the bus"
+
+
+async def recover_gpu(node: SimNode, *, gpu: int) -> str:
+    try:
+        _backend(node).recover_gpu(gpu)
+    except GpuError as error:
+        raise FaultError(str(error)) from error
+    await node.gpu_changed()
+    return f"{node.name} GPU {gpu} recovered"
+
+
+async def restart_kubelet(node: SimNode) -> str:
+    await node.restart_kubelet()
+    return f"kubelet on {node.name} restarted (device-plugin sockets removed; plugins must re-register)"
+
+
+async def set_ready(node: SimNode, *, ready: bool, heartbeats: bool = True) -> str:
+    await node.set_ready(ready, heartbeats=heartbeats)
+    if not heartbeats:
+        return f"{node.name}: heartbeats stopped (the node-lifecycle controller will mark it unreachable)"
+    return f"{node.name}: Ready={ready}"
+
+
+async def crash(
+    node: SimNode,
+    *,
+    namespace: str | None = None,
+    pod: str | None = None,
+    container: str | None = None,
+    program: str | None = None,
+) -> str:
+    """Crash the first running container matching every given filter."""
+    for worker in node.workers.values():
+        if (namespace and worker.namespace != namespace) or (pod and worker.name != pod):
+            continue
+        for name, run in worker.runs.items():
+            if run.done or (container and name != container) or (program and run.spec.name != program):
+                continue
+            run.crash("crash injected by the simulator")
+            return f"crashed {worker.namespace}/{worker.name} container {name} (program {run.spec.name}) on {node.name}"
+    wanted = ", ".join(
+        f"{k}={v}"
+        for k, v in {"namespace": namespace, "pod": pod, "container": container, "program": program}.items()
+        if v
+    )
+    raise FaultError(f"no running container on {node.name} matches {wanted or 'anything'}")

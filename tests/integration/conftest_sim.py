@@ -1,0 +1,67 @@
+"""Fixtures for tests with simulated GPU nodes (``gpu_operator.sim``) on the session's control plane.
+
+* ``simulator`` (session): one :class:`~gpu_operator.sim.simulator.Simulator` on ``local_cluster``; its
+  event loop, pod watch and heartbeat loop run in the background for the whole session.
+* ``sim_nodes``: ``sim_nodes("dgx-h100:1,cpu-only:1", options=NodeOptions(...))`` registers Ready simulated
+  nodes and returns their names; they (and the pods bound to them) are removed after the test.
+* ``sim_program``: ``sim_program("name", entrypoint)`` makes ``gpu-operator agent name`` runnable for the
+  duration of the test.
+
+Load it with ``pytest_plugins`` in the root conftest or re-export the fixtures from
+``tests/integration/conftest.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from gpu_operator.localcluster.cluster import LocalCluster
+from gpu_operator.sim.apiclient import ClusterAccess
+from gpu_operator.sim.node import NodeOptions
+from gpu_operator.sim.programs import Program
+from gpu_operator.sim.simulator import Simulator
+
+SimNodesFactory = Callable[..., list[str]]
+SimProgramFactory = Callable[[str, Program], None]
+
+
+@pytest.fixture(scope="session")
+def simulator(local_cluster: LocalCluster) -> Iterator[Simulator]:
+    """The session's simulator (node names start with ``simt-``)."""
+    access = ClusterAccess.from_kubeconfig(local_cluster.kubeconfig_path)
+    with Simulator(access=access, name_prefix="simt") as sim:
+        yield sim
+
+
+@pytest.fixture
+def sim_nodes(simulator: Simulator) -> Iterator[SimNodesFactory]:
+    """A factory registering simulated nodes for one test."""
+    added: list[str] = []
+
+    def make(spec: str, *, options: NodeOptions | None = None) -> list[str]:
+        names = simulator.add_nodes(spec, options=options)
+        added.extend(names)
+        return names
+
+    try:
+        yield make
+    finally:
+        simulator.remove_nodes(added)
+
+
+@pytest.fixture
+def sim_program(simulator: Simulator) -> Iterator[SimProgramFactory]:
+    """A factory registering programs for one test."""
+    registered: list[str] = []
+
+    def register(name: str, entrypoint: Program) -> None:
+        simulator.registry.register_program(name, entrypoint)
+        registered.append(name)
+
+    try:
+        yield register
+    finally:
+        for name in registered:
+            simulator.registry.unregister_program(name)

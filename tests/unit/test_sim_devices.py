@@ -1,0 +1,153 @@
+"""The simulated kubelet's device manager: in-process plugins, real gRPC registration and allocation with the
+simulator's GPU plugin, kubelet restarts; and the shared heartbeat loop's scheduling. No cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_operator.gpu.catalog import node_profile
+from gpu_operator.gpu.simulated import SimulatedBackend
+from gpu_operator.kubelet.paths import KubeletDirs
+from gpu_operator.kubelet.podresources import list_pod_resources
+from gpu_operator.sim.devices import AdmissionError, DeviceManager
+from gpu_operator.sim.gpuplugin import RESOURCE, SOCKET_NAME, SimGpuPlugin
+from gpu_operator.sim.heartbeat import Beat, Heartbeat
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="sd-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Published:
+    """Records the capacities the manager publishes; ``until`` awaits one (with a deadline, no sleeping)."""
+
+    def __init__(self) -> None:
+        self.values: list[dict[str, tuple[int, int] | None]] = []
+        self._changed = asyncio.Condition()
+
+    async def __call__(self, capacity: dict[str, tuple[int, int] | None]) -> None:
+        async with self._changed:
+            self.values.append(capacity)
+            self._changed.notify_all()
+
+    async def until(self, expected: tuple[int, int]) -> None:
+        async with self._changed:
+            await asyncio.wait_for(
+                self._changed.wait_for(lambda: bool(self.values) and self.values[-1].get(RESOURCE) == expected), 10
+            )
+
+
+def _backend() -> SimulatedBackend:
+    return SimulatedBackend(profile=node_profile("dgx-h100"), node_name="n1")
+
+
+def test_local_plugin_allocation_and_health(short_dir: Path) -> None:
+    async def scenario() -> None:
+        published = Published()
+        backend = _backend()
+        plugin = SimGpuPlugin(backend=backend)
+        manager = DeviceManager(node_name="n1", dirs=KubeletDirs(root=short_dir), on_capacity=published, serve=False)
+        await manager.attach_local(plugin)
+        assert published.values[-1] == {RESOURCE: (8, 8)}
+        first = await manager.allocate(
+            pod_uid="u1", namespace="ns", pod_name="a", container="c", resource=RESOURCE, count=2
+        )
+        assert first.envs["NVIDIA_VISIBLE_DEVICES"] == ",".join(first.device_ids)
+        assert first.cdi_devices[0].startswith("k8s.device-plugin.nvidia.com/gpu=GPU-")
+        backend.lose_gpu(7)
+        assert plugin.drain_events()
+        await manager.refresh_local()
+        assert published.values[-1] == {RESOURCE: (8, 7)}
+        with pytest.raises(AdmissionError, match="Requested: 6, Available: 5"):
+            await manager.allocate(
+                pod_uid="u2", namespace="ns", pod_name="b", container="c", resource=RESOURCE, count=6
+            )
+        [pod] = manager.pod_devices()
+        assert (pod.name, pod.containers[0].devices[0].device_ids) == ("a", first.device_ids)
+        manager.release("u1")
+        assert manager.pod_devices() == []
+        assert len(manager.allocatable_devices()[0].device_ids) == 7
+        backend.recover_gpu(7)
+        plugin.drain_events()
+        await manager.refresh_local()
+        assert published.values[-1] == {RESOURCE: (8, 8)}
+
+    asyncio.run(scenario())
+
+
+def test_grpc_registration_allocation_and_kubelet_restart(short_dir: Path) -> None:
+    async def scenario() -> None:
+        published = Published()
+        dirs = KubeletDirs(root=short_dir)
+        manager = DeviceManager(node_name="n1", dirs=dirs, on_capacity=published, serve=True)
+        plugin = SimGpuPlugin(backend=_backend())
+        await manager.start()
+        try:
+            await plugin.serve(plugin_dir=dirs.plugin_dir)
+            await published.until((8, 8))
+            allocation = await manager.allocate(
+                pod_uid="u1", namespace="ns", pod_name="a", container="c", resource=RESOURCE, count=3
+            )
+            assert len(allocation.device_ids) == 3
+            [pod] = await list_pod_resources(socket=dirs.pod_resources_socket)
+            assert pod.containers[0].devices[0].device_ids == allocation.device_ids
+
+            await manager.restart_kubelet()
+            assert not (dirs.plugin_dir / SOCKET_NAME).exists()  # every plugin socket removed
+            assert published.values[-1] == {RESOURCE: (8, 0)}  # capacity kept, nothing allocatable
+            await plugin.restart()
+            await published.until((8, 8))
+            assert manager.registrations == 2
+            assert manager.allocations(pod_uid="u1", container="c") == [allocation]  # kept across the restart
+        finally:
+            await plugin.stop()
+            await manager.stop()
+
+    asyncio.run(scenario())
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    async def patch(self, path: str, body: Any, *, kind: str = "merge", want: bool = False) -> dict[str, Any]:
+        self.calls.append((path, kind))
+        return {}
+
+
+def test_heartbeat_schedules_leases_and_statuses() -> None:
+    async def scenario() -> FakeApi:
+        api = FakeApi()
+        heartbeat = Heartbeat(api=api, lease_interval=10, status_interval=40)
+        for name in ("a", "b"):
+            heartbeat.add(Beat(name=name, status_body=lambda now: {"status": {}}), now=0.0)
+        assert heartbeat.due(4.9) == ([], [])  # first renewals are spread over half to one interval
+        leases, statuses = heartbeat.due(10.0)
+        assert (sorted(b.name for b in leases), statuses) == (["a", "b"], [])
+        assert heartbeat.due(19.9) == ([], [])
+        beat_b = heartbeat.get("b")
+        assert beat_b is not None
+        beat_b.beating = False  # a heartbeat-loss fault
+        heartbeat.status_now("a")
+        await heartbeat.beat_once(20.0)
+        return api
+
+    api = asyncio.run(scenario())
+    assert api.calls == [
+        ("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/a", "merge"),
+        ("/api/v1/nodes/a/status", "strategic"),
+    ]

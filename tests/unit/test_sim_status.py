@@ -1,0 +1,85 @@
+"""Container records and the pod status the simulated kubelet reports."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from gpu_operator.sim.podstatus import ContainerRecord, pod_phase, pod_status
+
+pytestmark = pytest.mark.unit
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+T1 = T0 + dt.timedelta(seconds=5)
+
+
+def _running(name: str, *, init: bool = False, ready: bool = True) -> ContainerRecord:
+    record = ContainerRecord(name=name, image="img", init=init)
+    record.running(now=T0, container_id=f"sim://{name}")
+    record.ready = ready
+    return record
+
+
+def _done(name: str, code: int, *, init: bool = False) -> ContainerRecord:
+    record = _running(name, init=init)
+    record.terminated(now=T1, exit_code=code, reason="Completed" if code == 0 else "Error")
+    return record
+
+
+@pytest.mark.parametrize(
+    ("records", "policy", "finished", "phase"),
+    [
+        ([ContainerRecord(name="c", image="i")], "Always", False, "Pending"),
+        ([_running("c")], "Always", False, "Running"),
+        ([_done("i", 0, init=True), _running("c")], "Always", False, "Running"),
+        ([_running("i", init=True), ContainerRecord(name="c", image="i")], "Always", False, "Pending"),
+        ([_done("c", 0)], "Never", True, "Succeeded"),
+        ([_done("c", 0), _done("d", 2)], "OnFailure", True, "Failed"),
+        ([_done("i", 1, init=True), ContainerRecord(name="c", image="i")], "Never", True, "Failed"),
+    ],
+)
+def test_pod_phase(records: list[ContainerRecord], policy: str, finished: bool, phase: str) -> None:
+    assert pod_phase(records=records, restart_policy=policy, finished=finished) == phase
+
+
+def test_status_conditions_and_transitions() -> None:
+    transitions: dict[str, tuple[str, dt.datetime]] = {}
+    records = [_done("init", 0, init=True), _running("app", ready=False)]
+    common = {
+        "host_ip": "172.16.0.1",
+        "pod_ip": "10.64.0.1",
+        "start_time": T0,
+        "transitions": transitions,
+        "scheduled": None,
+    }
+    first = pod_status(records=records, phase="Running", now=T0, **common)  # type: ignore[arg-type]
+    assert {c["type"]: c["status"] for c in first["conditions"]} == {
+        "PodScheduled": "True",
+        "PodReadyToStartContainers": "True",
+        "Initialized": "True",
+        "ContainersReady": "False",
+        "Ready": "False",
+    }
+    records[1].ready = True
+    second = pod_status(records=records, phase="Running", now=T1, **common)  # type: ignore[arg-type]
+    ready = next(c for c in second["conditions"] if c["type"] == "Ready")
+    initialized = next(c for c in second["conditions"] if c["type"] == "Initialized")
+    assert (ready["status"], ready["lastTransitionTime"]) == ("True", "2026-01-01T00:00:05Z")
+    assert initialized["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # unchanged condition keeps its time
+    assert second["podIPs"] == [{"ip": "10.64.0.1"}]
+    assert second["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+    app = second["containerStatuses"][0]
+    assert (app["ready"], app["started"], app["restartCount"]) == (True, True, 0)
+
+
+def test_restart_keeps_the_last_termination() -> None:
+    record = _done("c", 1)
+    record.message = "boom"
+    record.restarting()
+    record.waiting("CrashLoopBackOff", "back-off 1s")
+    body = record.status_json()
+    assert body["restartCount"] == 1
+    assert body["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 1s"}}
+    assert body["lastState"]["terminated"]["exitCode"] == 1
+    assert body["lastState"]["terminated"]["message"] == "boom"
