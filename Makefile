@@ -25,6 +25,10 @@ venv: $(STAMP) ## Create the virtual environment with the project and its dev to
 kube-bin: ## Build (or reuse) the pinned etcd, kube-apiserver, controller-manager, scheduler, kubectl and helm
 	@bash hack/build-kube.sh >/dev/null
 
+.PHONY: prometheus
+prometheus: ## Install Debian's prometheus and promtool if missing (exporter tests)
+	@bash hack/install-prometheus.sh >/dev/null
+
 .PHONY: generate
 generate: $(STAMP) ## Regenerate CRDs, gRPC stubs and other files generated from code
 	$(BIN)/gpu-operator crds --output-dir deploy/crds
@@ -43,13 +47,13 @@ fmt: $(STAMP) ## Format the code and apply safe lint fixes
 	$(BIN)/ruff check --fix src tests bench
 
 .PHONY: test
-test: $(STAMP) kube-bin lint ## Lint, type-check and run every test tier this machine can run
+test: $(STAMP) kube-bin prometheus lint ## Lint, type-check and run every test tier this machine can run
 	@# pytest exits 5 when it collects nothing: not a failure of the build.
 	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
 
 .PHONY: test-unit
-test-unit: $(STAMP) ## Only the fast tiers (unit, golden)
+test-unit: $(STAMP) prometheus ## Only the fast tiers (unit, golden)
 	$(BIN)/pytest -m 'unit or golden' $(PYTEST_ARGS)
 
 .PHONY: bench

@@ -12,14 +12,20 @@ from collections.abc import Awaitable, Callable
 import click
 
 from gpu_operator.agents.deviceplugin import program as device_plugin
+from gpu_operator.agents.exporter import program as exporter
 from gpu_operator.agents.gfd import program as feature_discovery
 from gpu_operator.agents.host import HostContext, LightkubeNode
+from gpu_operator.agents.nodestatus import program as node_status_exporter
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.validator import program as validator
 from gpu_operator.gpu import open_backend
 
 PROGRAMS: dict[str, Callable[[AgentContext], Awaitable[None]]] = {
     "device-plugin": device_plugin.main,
     "feature-discovery": feature_discovery.main,
+    "exporter": exporter.main,
+    "validator": validator.main,
+    "node-status-exporter": node_status_exporter.main,
 }
 
 

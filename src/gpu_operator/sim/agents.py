@@ -9,7 +9,10 @@ simulated node runs the same ``async def main(ctx)`` the real container runs, wi
 from __future__ import annotations
 
 from gpu_operator.agents.deviceplugin import program as device_plugin
+from gpu_operator.agents.exporter import program as exporter
 from gpu_operator.agents.gfd import program as feature_discovery
+from gpu_operator.agents.nodestatus import program as node_status_exporter
+from gpu_operator.agents.validator import program as validator
 from gpu_operator.sim.programs import ProgramRegistry, default_registry
 
 
@@ -18,4 +21,7 @@ def agent_registry() -> ProgramRegistry:
     registry = default_registry()
     registry.register_program("device-plugin", device_plugin.main)
     registry.register_program("feature-discovery", feature_discovery.main)
+    registry.register_program("exporter", exporter.main)
+    registry.register_program("validator", validator.main)
+    registry.register_program("node-status-exporter", node_status_exporter.main)
     return registry

@@ -1,0 +1,166 @@
+"""``gpu-operator agent validator``: one component of the validator chain, as an init container runs it.
+
+Environment (upstream's names): ``COMPONENT`` (driver, toolkit, cuda, plugin), ``WITH_WAIT``
+(true: wait for the prerequisite and retry the check until it passes; false: fail at once),
+``SLEEP_INTERVAL_SECONDS`` (5: between retries of a failing check), ``OUTPUT_DIR``
+(``/run/nvidia/validations``, on the node's host root), ``DRIVER_INSTALL_DIR`` and
+``DRIVER_INSTALL_DIR_CTR_PATH`` (``/run/nvidia/driver``: where a driver container puts the driver).
+
+The chain: driver (after ``.driver-ctr-ready`` when a driver container is used) -> toolkit (after
+``driver-ready``) -> cuda and plugin (after ``toolkit-ready``). A component first removes its own
+file, so a stale file never vouches for a changed node, and writes it only when its check passed.
+Prerequisite files are polled every 0.2 s, so waiting ends well within a second of the file appearing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.validator.checks import (
+    ValidationError,
+    check_cuda,
+    check_driver,
+    check_plugin,
+    check_toolkit_files,
+)
+from gpu_operator.agents.validator.status import (
+    DRIVER_CONTAINER_READY,
+    DRIVER_READY,
+    OUTPUT_DIR,
+    READY_FILES,
+    TOOLKIT_READY,
+    Clock,
+    Sleeper,
+    StatusDir,
+    driver_ready_content,
+    file_check,
+    wait_until,
+)
+
+log = logging.getLogger(__name__)
+FILE_POLL_SECONDS = 0.2
+DEFAULT_DRIVER_DIR = "/run/nvidia/driver"
+_TOOLKIT_WHY = "the toolkit validation writes it once the runtime config and CDI spec are valid"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prerequisite:
+    file: str
+    why: str
+
+
+def _true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class Validator:
+    """One component's run; ``clock`` and ``sleep`` are injectable (``sleep`` defaults to ``ctx.sleep``)."""
+
+    def __init__(self, ctx: AgentContext, *, clock: Clock = time.monotonic, sleep: Sleeper | None = None) -> None:
+        env = ctx.env
+        self.ctx = ctx
+        self.component = (env.get("COMPONENT") or "").strip()
+        if self.component not in READY_FILES:
+            raise ValidationError(f"COMPONENT must be one of {', '.join(READY_FILES)}, got {self.component!r}")
+        self.with_wait = _true(env.get("WITH_WAIT"))
+        raw = env.get("SLEEP_INTERVAL_SECONDS") or "5"
+        try:
+            self.retry = float(raw)
+        except ValueError:
+            raise ValidationError(f"SLEEP_INTERVAL_SECONDS: not a number: {raw!r}") from None
+        self.status = StatusDir(ctx.host_path(env.get("OUTPUT_DIR") or OUTPUT_DIR))
+        self.driver_dir = env.get("DRIVER_INSTALL_DIR") or DEFAULT_DRIVER_DIR
+        self.driver_dir_ctr = env.get("DRIVER_INSTALL_DIR_CTR_PATH") or DEFAULT_DRIVER_DIR
+        self.clock = clock
+        self.sleep = sleep or ctx.sleep
+        self.log = logging.getLogger(f"{__name__}.{self.component}")
+        self.name = f"validator[{ctx.node_name}] {self.component}"
+
+    def driver_container(self) -> bool:
+        """Whether a driver container provides the driver (its root is populated on the host)."""
+        root = self.ctx.host_path(self.driver_dir)
+        return root.is_dir() and any(root.iterdir())
+
+    def prerequisites(self) -> list[Prerequisite]:
+        if self.component == "driver":
+            if not self.driver_container():
+                return []
+            why = f"the driver container writes it once the driver under {self.driver_dir} is loaded"
+            return [Prerequisite(file=DRIVER_CONTAINER_READY, why=why)]
+        if self.component == "toolkit":
+            return [Prerequisite(file=DRIVER_READY, why="the driver validation writes it once the driver answers")]
+        return [Prerequisite(file=TOOLKIT_READY, why=_TOOLKIT_WHY)]
+
+    def check(self) -> Callable[[], Awaitable[str]]:
+        ctx = self.ctx
+        checks: dict[str, Callable[[], Awaitable[str]]] = {
+            "driver": lambda: asyncio.to_thread(check_driver, ctx.gpu),
+            "toolkit": lambda: check_toolkit_files(ctx),
+            "cuda": lambda: check_cuda(ctx),
+            "plugin": lambda: check_plugin(ctx),
+        }
+        return checks[self.component]
+
+    async def run(self) -> str | None:
+        """Validate and write the status file; the summary, or None when stopped while waiting."""
+        own = READY_FILES[self.component]
+        self.status.path.mkdir(parents=True, exist_ok=True)  # later components and operands mount it
+        self.status.remove(own)
+        for prerequisite in self.prerequisites():
+            if self.with_wait:
+                check = file_check(self.status, name=prerequisite.file, why=prerequisite.why)
+                what = f"{self.name}: prerequisite {prerequisite.file}"
+                if not await self._wait(check, what=what, poll=FILE_POLL_SECONDS):
+                    return None
+            elif not self.status.exists(prerequisite.file):
+                raise ValidationError(
+                    f"{self.component} validation needs {self.status.file(prerequisite.file)}, which does not "
+                    f"exist: {prerequisite.why}"
+                )
+        summary = await self._validate()
+        if summary is None:
+            return None
+        content = ""
+        if self.component == "driver":
+            host = not self.driver_container()
+            content = driver_ready_content(
+                host_driver=host,
+                driver_root="/" if host else self.driver_dir,
+                driver_root_ctr_path="/host" if host else self.driver_dir_ctr,
+            )
+        path = self.status.write(own, content)
+        log.info("%s: passed (%s); wrote %s", self.name, summary, path)
+        return summary
+
+    async def _validate(self) -> str | None:
+        run_check = self.check()
+        if not self.with_wait:
+            try:
+                return await run_check()
+            except ValidationError as exc:
+                raise ValidationError(f"{self.component} validation failed: {exc}") from None
+        result: list[str] = []
+
+        async def attempt() -> str | None:
+            try:
+                result.append(await run_check())
+            except ValidationError as exc:
+                return str(exc)
+            return None
+
+        passed = await self._wait(attempt, what=f"{self.name}: the check to pass", poll=self.retry)
+        return result[-1] if passed else None
+
+    async def _wait(self, check: Callable[[], Awaitable[str | None]], *, what: str, poll: float) -> bool:
+        return await wait_until(check, waiting_for=what, poll=poll, sleep=self.sleep, clock=self.clock, log=self.log)
+
+
+async def main(ctx: AgentContext) -> None:
+    """Run the component named by ``COMPONENT``; raises ValidationError (exit 1) when it fails."""
+    if await Validator(ctx).run() is not None:
+        ctx.set_ready(True)
