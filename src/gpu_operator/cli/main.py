@@ -13,6 +13,7 @@ from gpu_operator.cli.agent import agent_command
 from gpu_operator.cli.api_commands import crds_command, validate_command
 from gpu_operator.cli.cluster import cluster_group
 from gpu_operator.cli.demo import demo_command
+from gpu_operator.cli.operator import operator_command
 from gpu_operator.cli.sim import sim_group
 
 
@@ -28,6 +29,7 @@ cli.add_command(cluster_group)
 cli.add_command(demo_command)
 cli.add_command(agent_command)
 cli.add_command(sim_group)
+cli.add_command(operator_command)
 
 
 def main() -> None:

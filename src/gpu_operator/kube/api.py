@@ -1,0 +1,107 @@
+"""The operator's only API client: server-side apply with one field manager, reads, prunes, status.
+
+A thin layer over lightkube's ``AsyncClient`` that speaks plain dicts (what the renderer produces),
+so the reconciler never touches typed models. Writes use server-side apply (field manager
+``gpu-operator``, force: the operator owns what it renders); deletes ignore NotFound; reads strip
+``managedFields`` so the operator's memory stays small with thousands of nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lightkube import ApiError, AsyncClient, codecs
+from lightkube.codecs import resource_registry
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.types import PatchType
+
+JSON = dict[str, Any]
+FIELD_MANAGER = "gpu-operator"
+
+ClusterPolicyResource = create_global_resource("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies")
+NVIDIADriverResource = create_global_resource("nvidia.com", "v1alpha1", "NVIDIADriver", "nvidiadrivers")
+ServiceMonitorResource = create_namespaced_resource("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors")
+
+
+def resource(api_version: str, kind: str) -> Any:
+    """The lightkube resource class of ``apiVersion``/``kind``."""
+    return resource_registry.load(api_version, kind)
+
+
+def strip(obj: Any) -> JSON:
+    """A plain dict without managedFields (they dominate object size and we never read them)."""
+    data: JSON = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+    data.get("metadata", {}).pop("managedFields", None)
+    return data
+
+
+class Kube:
+    """Dict-in, dict-out access to the API server for the operator."""
+
+    def __init__(self, client: AsyncClient, *, field_manager: str = FIELD_MANAGER) -> None:
+        self.client = client
+        self.field_manager = field_manager
+        self.requests = 0  # API calls made; the operator exports it as a metric
+
+    async def apply(self, obj: Mapping[str, Any]) -> JSON:
+        self.requests += 1
+        applied = await self.client.apply(codecs.from_dict(dict(obj)), field_manager=self.field_manager, force=True)
+        return strip(applied)
+
+    async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> JSON | None:
+        self.requests += 1
+        try:
+            return strip(await self.client.get(resource(api_version, kind), name, namespace=namespace))
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+
+    async def list_objects(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: Mapping[str, Any] | None = None,
+        fields: Mapping[str, str] | None = None,
+    ) -> list[JSON]:
+        self.requests += 1
+        selectors: dict[str, Any] = {
+            "labels": dict(labels) if labels else None,
+            "fields": dict(fields) if fields else None,
+        }
+        if namespace:
+            selectors["namespace"] = namespace
+        items = self.client.list(resource(api_version, kind), **selectors)
+        return [strip(item) async for item in items]
+
+    async def delete(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> bool:
+        """Delete; False when it was already gone."""
+        self.requests += 1
+        try:
+            await self.client.delete(resource(api_version, kind), name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            raise
+        return True
+
+    async def patch_status(self, api_version: str, kind: str, name: str, status: Mapping[str, Any]) -> None:
+        self.requests += 1
+        await self.client.patch(
+            resource(api_version, kind).Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
+        )
+
+    async def patch_labels(self, api_version: str, kind: str, name: str, labels: Mapping[str, str | None]) -> None:
+        self.requests += 1
+        await self.client.patch(
+            resource(api_version, kind), name, {"metadata": {"labels": dict(labels)}}, patch_type=PatchType.MERGE
+        )
+
+    async def crd_exists(self, name: str) -> bool:
+        return await self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) is not None
+
+    async def names(self, api_version: str, kind: str, *, namespace: str) -> list[str]:
+        return [o["metadata"]["name"] for o in await self.list_objects(api_version, kind, namespace=namespace)]

@@ -1,0 +1,176 @@
+"""The ClusterPolicy reconciler: read the cluster, compute, converge, report; level-triggered.
+
+One pass (:func:`reconcile_once`) lists the policies and picks the active one (the oldest; the others
+get state ``ignored``), labels the nodes, gathers typed facts, renders every state (pure), applies
+what enabled states render with server-side apply and an owner reference to the policy, prunes what
+disabled states (or renamed objects) left behind, reads DaemonSet readiness and writes
+``status.state``/conditions/``observedGeneration``. It never asks what changed: running it twice in
+a row is a no-op the second time. The runtime (``operator``) decides when to run it again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.reconcile.nodelabels import label_changes
+from gpu_operator.render import (
+    PRUNE_KINDS,
+    ClusterFacts,
+    OperatorSettings,
+    RenderError,
+    StateManifests,
+    facts_from_nodes,
+    node_info,
+    render,
+)
+from gpu_operator.render.meta import with_owner
+from gpu_operator.render.readiness import state_readiness
+from gpu_operator.render.status import Status, ignored_status, policy_status, state_result
+
+log = logging.getLogger(__name__)
+STATE_LABEL = "nvidia.com/gpu-operator.state"
+CP = ("nvidia.com/v1", "ClusterPolicy")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What one pass did: the active policy's status and how much it wrote."""
+
+    policy: str | None
+    status: Status | None
+    applied: int = 0
+    pruned: int = 0
+    labelled: int = 0
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def active_policy(policies: Sequence[JSON]) -> JSON | None:
+    """The oldest policy by creation time, name as tie-break (upstream's singleton rule)."""
+    live = [p for p in policies if not p["metadata"].get("deletionTimestamp")]
+    return min(live, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]), default=None)
+
+
+async def label_nodes(kube: Kube, *, nodes: Sequence[JSON], policy: ClusterPolicy) -> int:
+    """Patch only the nodes whose operator-owned labels differ; returns how many were patched."""
+    patched = 0
+    for node in nodes:
+        changes = label_changes(node["metadata"].get("labels") or {}, spec=policy.spec)
+        if changes:
+            await kube.patch_labels("v1", "Node", node["metadata"]["name"], changes)
+            labels = node["metadata"].setdefault("labels", {})
+            for key, value in changes.items():
+                if value is None:
+                    labels.pop(key, None)
+                else:
+                    labels[key] = value
+            patched += 1
+    return patched
+
+
+async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, precompiled: bool) -> ClusterFacts:
+    configmaps = await kube.names("v1", "ConfigMap", namespace=namespace)
+    secrets = await kube.names("v1", "Secret", namespace=namespace)
+    return facts_from_nodes(
+        [node_info(n) for n in nodes],
+        namespace=namespace,
+        precompiled=precompiled,
+        has_service_monitor_crd=await kube.crd_exists("servicemonitors.monitoring.coreos.com"),
+        configmaps=configmaps,
+        secrets=secrets,
+    )
+
+
+def _key(obj: JSON) -> tuple[str, str, str, str]:
+    meta = obj["metadata"]
+    return (obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
+
+
+async def converge(kube: Kube, *, states: Sequence[StateManifests], owner: JSON, namespace: str) -> tuple[int, int]:
+    """Apply enabled states' objects; delete labelled objects no state wants any more."""
+    applied = pruned = 0
+    wanted: set[tuple[str, str, str, str]] = set()
+    for state in states:
+        for obj in state.objects if state.enabled else ():
+            await kube.apply(with_owner(obj, owner=owner))
+            wanted.add(_key(obj))
+            applied += 1
+    for api_version, kind, namespaced in PRUNE_KINDS:
+        if kind == "ServiceMonitor" and not await kube.crd_exists("servicemonitors.monitoring.coreos.com"):
+            continue
+        live = await kube.list_objects(
+            api_version, kind, namespace=namespace if namespaced else None, labels={STATE_LABEL: None}
+        )
+        for obj in live:
+            owners = obj["metadata"].get("ownerReferences") or []
+            ours = any(o.get("uid") == owner["metadata"]["uid"] for o in owners)
+            if ours and _key(obj) not in wanted:
+                meta = obj["metadata"]
+                await kube.delete(api_version, kind, meta["name"], namespace=meta.get("namespace"))
+                pruned += 1
+    return applied, pruned
+
+
+async def readiness(kube: Kube, *, states: Sequence[StateManifests], namespace: str) -> list[Any]:
+    results = []
+    for state in states:
+        if not state.enabled or not state.daemonsets:
+            results.append(state_result(state))
+            continue
+        live = {name: await kube.get("apps/v1", "DaemonSet", name, namespace=namespace) for name in state.daemonsets}
+        pods: dict[str, list[JSON]] = {}
+        revisions: dict[str, list[JSON]] = {}
+        for name, ds in live.items():
+            if ds and (ds.get("spec", {}).get("updateStrategy") or {}).get("type") == "OnDelete":
+                selector = ds["spec"]["selector"].get("matchLabels", {})
+                pods[name] = await kube.list_objects("v1", "Pod", namespace=namespace, labels=selector)
+                revisions[name] = await kube.list_objects(
+                    "apps/v1", "ControllerRevision", namespace=namespace, labels=selector
+                )
+        results.append(state_result(state, state_readiness(live, pods=pods, revisions=revisions)))
+    return results
+
+
+async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettings) -> Outcome:
+    """One full pass over the cluster (see the module docstring)."""
+    policies = await kube.list_objects(*CP)
+    active = active_policy(policies)
+    for other in policies:
+        is_other = active is not None and other["metadata"]["name"] != active["metadata"]["name"]
+        if is_other and (other.get("status") or {}).get("state") != "ignored":
+            await kube.patch_status(*CP, other["metadata"]["name"], ignored_status().as_status(namespace=namespace))
+    if active is None:
+        return Outcome(policy=None, status=None)
+    name, generation = active["metadata"]["name"], int(active["metadata"].get("generation", 1))
+    previous = (active.get("status") or {}).get("conditions") or []
+    try:
+        policy = ClusterPolicy.model_validate(active)
+        nodes = await kube.list_objects("v1", "Node")
+        labelled = await label_nodes(kube, nodes=nodes, policy=policy)
+        facts = await gather_facts(
+            kube, nodes=nodes, namespace=namespace, precompiled=bool(policy.spec.driver.use_precompiled)
+        )
+        states = render(policy, facts, operator=operator)
+        applied, pruned = await converge(kube, states=states, owner=active, namespace=namespace)
+        results = await readiness(kube, states=states, namespace=namespace)
+        status = policy_status(results=results, facts=facts, generation=generation, now=_now(), previous=previous)
+    except (ValidationError, RenderError) as exc:
+        log.error("ClusterPolicy %s: %s", name, exc)
+        status = policy_status(
+            results=[], facts=ClusterFacts(namespace=namespace), generation=generation, now=_now(),
+            previous=previous, failure=("policy", str(exc).splitlines()[0] if str(exc) else repr(exc)),
+        )  # fmt: skip
+        await kube.patch_status(*CP, name, status.as_status(namespace=namespace))
+        return Outcome(policy=name, status=status)
+    await kube.patch_status(*CP, name, status.as_status(namespace=namespace))
+    return Outcome(policy=name, status=status, applied=applied, pruned=pruned, labelled=labelled)

@@ -1,0 +1,159 @@
+"""The operator process: leader election, watches that only say "look again", and the requeue loop.
+
+Watches (ClusterPolicies, Nodes, the operator's DaemonSets) do not carry work: any event just wakes
+the single reconcile key, so a burst of a thousand node updates costs one pass. Between events the
+loop requeues on the status' interval (5 s while not ready) and retries failures with a backoff of
+100 ms doubling to 3 s, as upstream. Leadership is a ``coordination.k8s.io/v1`` Lease (upstream's name
+``53822513.nvidia.com``): 15 s duration, renewed every 5 s; a follower only watches the Lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node
+
+from gpu_operator.kube.api import ClusterPolicyResource, Kube
+from gpu_operator.reconcile.clusterpolicy import Outcome, reconcile_once
+from gpu_operator.render import OperatorSettings
+
+log = logging.getLogger(__name__)
+LEASE_NAME = "53822513.nvidia.com"
+LEASE_SECONDS = 15
+RENEW_SECONDS = 5.0
+IDLE_RESYNC = 60.0  # a safety net when nothing happens; events do the real work
+
+
+def _micro(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class LeaderElection:
+    """Hold the Lease while ``held`` is True; give it up on stop."""
+
+    kube: Kube
+    namespace: str
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    held: bool = False
+
+    async def try_acquire(self) -> bool:
+        now = dt.datetime.now(dt.UTC)
+        lease = await self.kube.get("coordination.k8s.io/v1", "Lease", LEASE_NAME, namespace=self.namespace)
+        spec = (lease or {}).get("spec") or {}
+        holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
+        if lease and holder and holder != self.identity and renewed:
+            last = dt.datetime.strptime(renewed, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+            if (now - last).total_seconds() < int(spec.get("leaseDurationSeconds", LEASE_SECONDS)):
+                self.held = False
+                return False
+        body: dict[str, Any] = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": LEASE_NAME, "namespace": self.namespace},
+            "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": _micro(now)},
+        }
+        if not lease or holder != self.identity:
+            body["spec"]["acquireTime"] = _micro(now)
+        await self.kube.apply(body)
+        self.held = True
+        return True
+
+    async def release(self) -> None:
+        if self.held:
+            with contextlib.suppress(ApiError):
+                await self.kube.delete("coordination.k8s.io/v1", "Lease", LEASE_NAME, namespace=self.namespace)
+            self.held = False
+
+
+async def _watch(wake: asyncio.Event, stream: Callable[[], Any], stop: asyncio.Event, what: str) -> None:
+    """Turn every event of a watch into a wake-up; reconnect after errors (the resync covers gaps)."""
+    while not stop.is_set():
+        try:
+            async for _event in stream():
+                wake.set()
+        except (TimeoutError, ApiError, OSError) as exc:
+            log.debug("watch %s interrupted: %s", what, exc)
+        except Exception as exc:  # httpx stream errors surface as various types
+            log.debug("watch %s ended: %s", what, exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+
+
+@dataclass
+class Operator:
+    """Runs :func:`reconcile_once` whenever something may have changed, while leading."""
+
+    client: AsyncClient
+    namespace: str
+    settings: OperatorSettings
+    on_outcome: Callable[[Outcome], Awaitable[None]] | None = None
+    passes: int = 0
+    failures: int = 0
+    last: Outcome | None = None
+
+    async def run(self, *, stop: asyncio.Event, leader_election: bool = True) -> None:
+        kube = Kube(self.client)
+        election = LeaderElection(kube=kube, namespace=self.namespace)
+        wake = asyncio.Event()
+        watches = [
+            asyncio.create_task(
+                _watch(wake, lambda: self.client.watch(ClusterPolicyResource), stop, "clusterpolicies")
+            ),
+            asyncio.create_task(_watch(wake, lambda: self.client.watch(Node), stop, "nodes")),
+            asyncio.create_task(
+                _watch(wake, lambda: self.client.watch(DaemonSet, namespace=self.namespace), stop, "daemonsets")
+            ),
+        ]
+        backoff, delay = 0.1, 0.0
+        try:
+            while not stop.is_set():
+                if leader_election and not await election.try_acquire():
+                    await self._sleep(stop, wake=None, seconds=RENEW_SECONDS)
+                    continue
+                wake.clear()
+                try:
+                    self.last = await reconcile_once(kube, namespace=self.namespace, operator=self.settings)
+                    self.passes += 1
+                    backoff = 0.1
+                    status = self.last.status
+                    delay = status.requeue_after if status and status.requeue_after else IDLE_RESYNC
+                    if status is not None and status.backoff:
+                        delay, backoff = backoff, min(backoff * 2, 3.0)
+                    if self.on_outcome is not None:
+                        await self.on_outcome(self.last)
+                except (ApiError, OSError) as exc:
+                    self.failures += 1
+                    log.warning("reconcile failed, retrying in %.1f s: %s", backoff, exc)
+                    delay, backoff = backoff, min(backoff * 2, 3.0)
+                if leader_election:
+                    delay = min(delay, RENEW_SECONDS)  # keep renewing the Lease while idle
+                await self._sleep(stop, wake=wake, seconds=delay)
+        finally:
+            for task in watches:
+                task.cancel()
+            await asyncio.gather(*watches, return_exceptions=True)
+            if leader_election:
+                await election.release()
+
+    @staticmethod
+    async def _sleep(stop: asyncio.Event, *, wake: asyncio.Event | None, seconds: float) -> None:
+        waiters = [asyncio.ensure_future(stop.wait())]
+        if wake is not None:
+            waiters.append(asyncio.ensure_future(wake.wait()))
+        done, pending = await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if done and not stop.is_set():
+            await asyncio.sleep(0.2)  # coalesce a burst of events into one pass
