@@ -29,6 +29,10 @@ kube-bin: ## Build (or reuse) the pinned etcd, kube-apiserver, controller-manage
 prometheus: ## Install Debian's prometheus and promtool if missing (exporter tests)
 	@bash hack/install-prometheus.sh >/dev/null
 
+.PHONY: containerd-bin
+containerd-bin: ## Install Debian's containerd, runc and busybox-static when missing (toolkit integration test)
+	@bash hack/install-containerd.sh >/dev/null
+
 .PHONY: generate
 generate: $(STAMP) ## Regenerate CRDs, gRPC stubs and other files generated from code
 	$(BIN)/gpu-operator crds --output-dir deploy/crds
@@ -47,7 +51,7 @@ fmt: $(STAMP) ## Format the code and apply safe lint fixes
 	$(BIN)/ruff check --fix src tests bench
 
 .PHONY: test
-test: $(STAMP) kube-bin prometheus lint ## Lint, type-check and run every test tier this machine can run
+test: $(STAMP) kube-bin prometheus containerd-bin lint ## Lint, type-check and run every test tier this machine can run
 	@# pytest exits 5 when it collects nothing: not a failure of the build.
 	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc

@@ -56,6 +56,7 @@ class HostContext:
     gpu: GpuBackend
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     node: LightkubeNode | None = None
+    cluster: Any = None  # a NodeCluster for the driver and MIG managers (drivermanager.kubeclients)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     ready: bool = False
 

@@ -12,11 +12,16 @@ from collections.abc import Awaitable, Callable
 import click
 
 from gpu_operator.agents.deviceplugin import program as device_plugin
+from gpu_operator.agents.drivermanager import driver as driver_program
+from gpu_operator.agents.drivermanager import manager as driver_manager
+from gpu_operator.agents.drivermanager.kubeclients import LightkubeCluster
 from gpu_operator.agents.exporter import program as exporter
 from gpu_operator.agents.gfd import program as feature_discovery
 from gpu_operator.agents.host import HostContext, LightkubeNode
+from gpu_operator.agents.migmanager import program as mig_manager
 from gpu_operator.agents.nodestatus import program as node_status_exporter
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.toolkit import program as toolkit
 from gpu_operator.agents.validator import program as validator
 from gpu_operator.gpu import open_backend
 
@@ -26,6 +31,10 @@ PROGRAMS: dict[str, Callable[[AgentContext], Awaitable[None]]] = {
     "exporter": exporter.main,
     "validator": validator.main,
     "node-status-exporter": node_status_exporter.main,
+    "toolkit": toolkit.main,
+    "mig-manager": mig_manager.main,
+    "driver-manager": driver_manager.main,
+    "driver": driver_program.main,
 }
 
 
@@ -42,6 +51,7 @@ def agent_command(name: str, gpu_backend: str, verbose: bool) -> None:
         ctx = HostContext(gpu=backend)
         if ctx.node_name:
             ctx.node = LightkubeNode(name=ctx.node_name)
+            ctx.cluster = LightkubeCluster(node_name=ctx.node_name)
         ctx.install_signal_handlers()
         await PROGRAMS[name](ctx)
 

@@ -9,9 +9,13 @@ simulated node runs the same ``async def main(ctx)`` the real container runs, wi
 from __future__ import annotations
 
 from gpu_operator.agents.deviceplugin import program as device_plugin
+from gpu_operator.agents.drivermanager import driver as driver_program
+from gpu_operator.agents.drivermanager import manager as driver_manager
 from gpu_operator.agents.exporter import program as exporter
 from gpu_operator.agents.gfd import program as feature_discovery
+from gpu_operator.agents.migmanager import program as mig_manager
 from gpu_operator.agents.nodestatus import program as node_status_exporter
+from gpu_operator.agents.toolkit import program as toolkit
 from gpu_operator.agents.validator import program as validator
 from gpu_operator.sim.programs import ProgramRegistry, default_registry
 
@@ -24,4 +28,8 @@ def agent_registry() -> ProgramRegistry:
     registry.register_program("exporter", exporter.main)
     registry.register_program("validator", validator.main)
     registry.register_program("node-status-exporter", node_status_exporter.main)
+    registry.register_program("toolkit", toolkit.main)
+    registry.register_program("mig-manager", mig_manager.main)
+    registry.register_program("driver-manager", driver_manager.main)
+    registry.register_program("driver", driver_program.main)
     return registry

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from gpu_operator.agents.drivermanager.cluster import NodeCluster
 from gpu_operator.gpu.backend import GpuBackend
 from gpu_operator.kubelet.allocation import ContainerAllocation
 from gpu_operator.sim.apiclient import ApiClient
@@ -132,6 +133,8 @@ class ProgramContext:
     devices: tuple[ContainerAllocation, ...] = ()
     api_server: str = ""
     node: NodeLabels | None = None
+    #: Pods, evictions, events and the Node for agents that act on the node (driver and MIG managers).
+    cluster: NodeCluster | None = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("gpu_operator.sim.program"))
     signals: Signals | None = None
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpu_operator.agents.drivermanager.kubeclients import RestCluster
 from gpu_operator.kubelet.allocation import ContainerAllocation
 from gpu_operator.sim.apiclient import ApiClient, ApiError
 from gpu_operator.sim.context import NodeLabels, ProgramContext, Signals
@@ -251,6 +252,7 @@ class PodSetup:
             devices=self.devices[container],
             api_server=host.api_server,
             node=NodeLabels(api=host.api, name=host.name),
+            cluster=RestCluster(api=host.api, node_name=host.name),
             log=logging.getLogger(f"gpu_operator.sim.program.{program}"),
             signals=signals,
         )

@@ -1,0 +1,101 @@
+"""Getting GPU pods off the node before the driver goes: eviction through the Eviction API, or a drain.
+
+Evicting (not deleting) means PodDisruptionBudgets hold: a pod whose budget allows no disruption is
+answered 429 and retried until the timeout; it is never deleted behind the budget's back. GPU pods are
+``Running``/``Pending`` pods requesting ``nvidia.com/gpu*`` or ``nvidia.com/mig-*``; DaemonSet pods are
+left alone (their controller would recreate them). A drain evicts every other pod on the node with
+``kubectl drain``'s rules: pods without a controller only with ``force``, pods with ``emptyDir`` data
+only with ``delete_empty_dir``, pods labelled ``nvidia.com/gpu-driver-upgrade-drain.skip=true`` never.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from gpu_operator.agents.drivermanager.cluster import Eviction, NodeCluster, PodInfo
+from gpu_operator.agents.drivermanager.operands import Clock, Sleep
+
+DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
+
+
+class EvictionError(Exception):
+    """Pods could not be moved off the node in time; the message names them and says why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvictionOptions:
+    gpu_pod_eviction: bool = True
+    auto_drain: bool = False
+    drain_force: bool = False
+    drain_selector: str = ""
+    drain_delete_empty_dir: bool = False
+    timeout: float = 300.0  # for evictions (and each drain) to complete
+    interval: float = 1.0
+
+
+def gpu_pods(pods: list[PodInfo]) -> list[PodInfo]:
+    return [p for p in pods if p.gpu and p.phase in ("Running", "Pending") and p.owner_kind != "DaemonSet"]
+
+
+def _drainable(pods: list[PodInfo], options: EvictionOptions) -> tuple[list[PodInfo], list[str]]:
+    chosen, refused = [], []
+    for pod in pods:
+        if pod.owner_kind == "DaemonSet" or pod.labels.get(DRAIN_SKIP_LABEL) == "true":
+            continue
+        if pod.phase in ("Succeeded", "Failed"):
+            continue
+        if not pod.owner_kind and not options.drain_force:
+            refused.append(f"{pod.namespace}/{pod.name} (not managed by a controller; drain with force)")
+        elif pod.empty_dir and not options.drain_delete_empty_dir:
+            refused.append(f"{pod.namespace}/{pod.name} (has emptyDir data; drain with delete-emptydir-data)")
+        else:
+            chosen.append(pod)
+    return chosen, refused
+
+
+async def _evict_until_gone(
+    cluster: NodeCluster, pods: list[PodInfo], *, options: EvictionOptions, sleep: Sleep, clock: Clock, what: str
+) -> None:
+    deadline = clock() + options.timeout
+    wanted = {(p.namespace, p.name) for p in pods}
+    blocked: set[tuple[str, str]] = set()
+    while True:
+        present = {(p.namespace, p.name): p for p in await cluster.list_pods()}
+        left = sorted(key for key in wanted if key in present)
+        if not left:
+            return
+        blocked = set()
+        for namespace, name in left:
+            if present[(namespace, name)].deleting:
+                continue  # evicted: terminating within its grace period
+            if await cluster.evict(namespace=namespace, name=name) is Eviction.BLOCKED:
+                blocked.add((namespace, name))
+        if clock() >= deadline:
+            names = ", ".join(
+                f"{n}/{p}" + (" (blocked by a PodDisruptionBudget)" if (n, p) in blocked else "") for n, p in left
+            )
+            raise EvictionError(f"{what}: not done after {options.timeout:g} s: {names}")
+        if await sleep(options.interval):
+            raise EvictionError(f"{what}: interrupted (the agent is stopping)")
+
+
+async def evict_gpu_pods(
+    cluster: NodeCluster, *, options: EvictionOptions, sleep: Sleep, clock: Clock = time.monotonic
+) -> list[str]:
+    """Evict this node's GPU pods and wait until they are gone; returns their names (EvictionError)."""
+    pods = gpu_pods(await cluster.list_pods())
+    await _evict_until_gone(cluster, pods, options=options, sleep=sleep, clock=clock, what="GPU pod eviction")
+    return [f"{p.namespace}/{p.name}" for p in pods]
+
+
+async def drain(
+    cluster: NodeCluster, *, options: EvictionOptions, sleep: Sleep, clock: Clock = time.monotonic
+) -> list[str]:
+    """Evict every pod a drain would (see the module docstring); returns their names (EvictionError)."""
+    pods = await cluster.list_pods(selector=options.drain_selector or None)
+    chosen, refused = _drainable(pods, options)
+    if refused:
+        raise EvictionError(f"drain refused: {', '.join(refused)}")
+    await _evict_until_gone(cluster, chosen, options=options, sleep=sleep, clock=clock, what="drain")
+    return [f"{p.namespace}/{p.name}" for p in chosen]

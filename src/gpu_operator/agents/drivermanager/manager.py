@@ -1,0 +1,139 @@
+"""``gpu-operator agent driver-manager``: the init step of the driver DaemonSet (k8s-driver-manager's
+``uninstall_driver``), making the node ready for a driver (re)install.
+
+1. A driver installed on the host answers ``nvidia-smi``: label ``nvidia.com/gpu.deploy.driver=pre-installed``
+   (the driver DaemonSet then leaves the node) and exit with an error after ``PREINSTALLED_WAIT_SECONDS``.
+2. No NVIDIA module loaded: clean up what a previous driver left, restore operands, done.
+3. Pause the operands (``paused-for-driver-upgrade``) and wait, bounded, for their pods to go.
+4. Same ``DRIVER_CONFIG_DIGEST`` as the running driver's and no ``FORCE_REINSTALL``: keep the modules.
+5. Otherwise cordon and evict GPU pods through the Eviction API (PodDisruptionBudgets hold), drain
+   when that fails and ``ENABLE_AUTO_DRAIN`` is set, then unload the modules in upstream order
+   (draining and retrying once when a module is busy and auto-drain is on), and unmount the old root.
+6. Uncordon (only a cordon of ours) and restore the operand labels -- also on every failure.
+
+Eviction and drain are skipped when the node carries ``nvidia.com/gpu-driver-upgrade-enabled=true``:
+the upgrade controller has already moved the pods.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpu_operator.agents.drivermanager.cluster import NodeCluster, cluster_of
+from gpu_operator.agents.drivermanager.eviction import EvictionError, EvictionOptions
+from gpu_operator.agents.drivermanager.operands import DRIVER_PAUSE, Clock
+from gpu_operator.agents.drivermanager.steps import DriverManagerError, Steps, driver_host
+from gpu_operator.agents.runtime import AgentContext
+
+log = logging.getLogger(__name__)
+PREINSTALLED_LABEL = "nvidia.com/gpu.deploy.driver"
+UPGRADE_ENABLED_ANNOTATION = "nvidia.com/gpu-driver-upgrade-enabled"
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+
+def _flag(env: Mapping[str, str], name: str, *, default: bool) -> bool:
+    value = env.get(name, "").strip().lower()
+    return default if not value else value in ("1", "true", "yes", "on")
+
+
+def seconds(text: str, *, name: str) -> float:
+    """``90``, ``90s``, ``5m``, ``1h``, ``500ms`` -> seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise DriverManagerError(f"{name}: not a duration: {text!r}")
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    return float(match.group(1)) * scale
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManagerSettings:
+    eviction: EvictionOptions
+    operand_wait: float = 300.0
+    preinstalled_wait: float = 60.0
+    force_reinstall: bool = False
+    digest: str = ""
+    custom_label: str = ""  # NODE_LABEL_FOR_GPU_POD_EVICTION: another label to pause
+
+
+def settings_from_env(env: Mapping[str, str]) -> ManagerSettings:
+    timeout = seconds(env.get("EVICTION_TIMEOUT_SECONDS", "300"), name="EVICTION_TIMEOUT_SECONDS")
+    drain_timeout = seconds(env.get("DRAIN_TIMEOUT_SECONDS", "0s"), name="DRAIN_TIMEOUT_SECONDS")
+    eviction = EvictionOptions(
+        gpu_pod_eviction=_flag(env, "ENABLE_GPU_POD_EVICTION", default=True),
+        auto_drain=_flag(env, "ENABLE_AUTO_DRAIN", default=False),
+        drain_force=_flag(env, "DRAIN_USE_FORCE", default=False),
+        drain_selector=env.get("DRAIN_POD_SELECTOR_LABEL", ""),
+        drain_delete_empty_dir=_flag(env, "DRAIN_DELETE_EMPTYDIR_DATA", default=False),
+        # 0 means "no limit" upstream; a node agent that never gives up wedges the node, so it is bounded.
+        timeout=drain_timeout or timeout,
+        interval=seconds(env.get("EVICTION_POLL_SECONDS", "1"), name="EVICTION_POLL_SECONDS"),
+    )
+    return ManagerSettings(
+        eviction=eviction,
+        operand_wait=seconds(env.get("OPERAND_WAIT_SECONDS", "300"), name="OPERAND_WAIT_SECONDS"),
+        preinstalled_wait=seconds(env.get("PREINSTALLED_WAIT_SECONDS", "60"), name="PREINSTALLED_WAIT_SECONDS"),
+        force_reinstall=_flag(env, "FORCE_REINSTALL", default=False),
+        digest=env.get("DRIVER_CONFIG_DIGEST", ""),
+        custom_label=env.get("NODE_LABEL_FOR_GPU_POD_EVICTION", ""),
+    )
+
+
+async def uninstall_driver(
+    ctx: AgentContext, *, cluster: NodeCluster, settings: ManagerSettings, clock: Clock = time.monotonic
+) -> str:
+    """The steps of the module docstring; returns what was done, raises DriverManagerError with the reason."""
+    steps = Steps(ctx=ctx, cluster=cluster, host=driver_host(ctx), settings=settings, clock=clock)
+    version = await steps.host_driver_version()
+    if version is not None:
+        await cluster.patch_node(labels={PREINSTALLED_LABEL: "pre-installed"})
+        message = f"a driver ({version}) is installed on the host: labelled {PREINSTALLED_LABEL}=pre-installed"
+        await cluster.event(reason="DriverPreInstalled", message=message)
+        log.warning("driver-manager[%s]: %s", ctx.node_name, message)
+        await ctx.sleep(settings.preinstalled_wait)
+        raise DriverManagerError(message + "; the driver container is not needed on this node")
+    node = await cluster.node()
+    evict = settings.eviction.gpu_pod_eviction or settings.eviction.auto_drain
+    if node.annotations.get(UPGRADE_ENABLED_ANNOTATION) == "true" and evict:
+        log.info("driver-manager[%s]: eviction and drain are left to the upgrade controller", ctx.node_name)
+        evict = False
+    if not await steps.nvidia_loaded():
+        await steps.cleanup()
+        await steps.finish()
+        return "no NVIDIA module loaded: nothing to uninstall"
+    try:
+        await steps.pause_operands()
+        if await steps.digest_unchanged():
+            return "driver config digest unchanged: the loaded driver is kept"
+        if evict:
+            await steps.move_gpu_pods()
+        await steps.unload(drain_on_busy=evict and settings.eviction.auto_drain)
+        await steps.cleanup()
+        return "modules unloaded: ready for the driver install"
+    except EvictionError as error:
+        raise DriverManagerError(str(error)) from error
+    finally:
+        # Every outcome, failures included: operands back, our cordon lifted.
+        await steps.finish()
+
+
+async def main(ctx: AgentContext) -> None:
+    """Run the driver-manager steps once (an init container); a failure is the exit status and its reason."""
+    cluster = cluster_of(ctx)
+    if cluster is None:
+        raise DriverManagerError("the driver manager needs cluster access (ctx.cluster) to pause operands")
+    try:
+        settings = settings_from_env(ctx.env)
+        done = await uninstall_driver(ctx, cluster=cluster, settings=settings)
+    except DriverManagerError as error:
+        await cluster.event(reason="DriverManagerFailed", message=str(error), warning=True)
+        log.error("driver-manager[%s]: %s", ctx.node_name, error)
+        raise
+    log.info("driver-manager[%s]: %s", ctx.node_name, done)
+    await cluster.event(reason="DriverManagerDone", message=done)
+
+
+__all__ = ["DRIVER_PAUSE", "DriverManagerError", "ManagerSettings", "main", "settings_from_env", "uninstall_driver"]

@@ -1,0 +1,129 @@
+"""mig-parted config v1: parsing with errors that name the entry, and the per-GPU plan for one named config.
+
+Format (operands.md §6): ``version: v1`` and ``mig-configs`` mapping a name to a list of entries
+``{device-filter, devices, mig-enabled, mig-devices}``. ``device-filter`` is a PCI ID
+``0x<device><vendor>`` or a list of them (absent: every GPU); ``devices`` is ``all`` or a list of GPU
+indices; ``mig-devices`` maps a profile to a count and is required (``{}`` allowed) when MIG is on,
+empty when it is off. Unknown keys are errors. Entries apply in order; a later entry that selects a GPU
+again replaces what an earlier one said for it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from gpu_operator.gpu.types import Device
+
+PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb((?:[+-][a-z]+(?:\.[a-z]+)*)*)$")
+_PCI_ID = re.compile(r"^0x[0-9a-fA-F]{8}$")
+_ENTRY_KEYS = frozenset({"device-filter", "devices", "mig-enabled", "mig-devices"})
+
+
+class MigConfigError(ValueError):
+    """The config file (or a named config in it) is not usable; the message says where and why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    device_filter: tuple[int, ...]  # PCI IDs (device << 16 | vendor); empty: any GPU
+    devices: tuple[int, ...] | None  # None: all
+    mig_enabled: bool
+    mig_devices: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """What one GPU should look like: MIG mode and, with MIG on, the profiles of its MIG devices."""
+
+    mig_enabled: bool
+    profiles: tuple[str, ...] = ()
+
+
+MigConfigs = dict[str, tuple[Entry, ...]]
+
+
+def _entry(raw: Any, *, where: str) -> Entry:
+    if not isinstance(raw, dict):
+        raise MigConfigError(f"{where}: an entry must be a mapping, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - _ENTRY_KEYS)
+    if unknown:
+        raise MigConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    if not isinstance(raw.get("mig-enabled"), bool):
+        raise MigConfigError(f"{where}: mig-enabled is required and must be true or false")
+    enabled: bool = raw["mig-enabled"]
+    filters = raw.get("device-filter", [])
+    filters = [filters] if isinstance(filters, str) else filters
+    if not isinstance(filters, list) or not all(isinstance(f, str) and _PCI_ID.match(f) for f in filters):
+        raise MigConfigError(f"{where}: device-filter must be a PCI ID like 0x20B010DE or a list of them")
+    devices = raw.get("devices")
+    if devices != "all" and not (isinstance(devices, list) and all(type(d) is int and d >= 0 for d in devices)):
+        raise MigConfigError(f"{where}: devices must be 'all' or a list of GPU indices")
+    mig = raw.get("mig-devices")
+    if enabled and mig is None:
+        raise MigConfigError(f"{where}: mig-devices is required when mig-enabled is true ({{}} for none)")
+    mig = mig or {}
+    if not isinstance(mig, dict):
+        raise MigConfigError(f"{where}: mig-devices must map a profile to a count")
+    if not enabled and mig:
+        raise MigConfigError(f"{where}: mig-devices must be empty when mig-enabled is false")
+    for profile, count in mig.items():
+        if not isinstance(profile, str) or not PROFILE.match(profile):
+            raise MigConfigError(f"{where}: {profile!r} is not a MIG profile (like 1g.10gb or 1c.2g.20gb)")
+        if type(count) is not int or count < 0:
+            raise MigConfigError(f"{where}: the count of {profile} must be a whole number, got {count!r}")
+    return Entry(
+        device_filter=tuple(int(f, 16) for f in filters),
+        devices=None if devices == "all" else tuple(devices),
+        mig_enabled=enabled,
+        mig_devices=tuple((str(p), int(c)) for p, c in mig.items()),
+    )
+
+
+def parse(data: Any, *, source: str = "config") -> MigConfigs:
+    """The named configs in parsed YAML ``data`` (MigConfigError naming ``source`` and the entry)."""
+    if not isinstance(data, dict):
+        raise MigConfigError(f"{source}: the top level must be a mapping")
+    unknown = sorted(set(data) - {"version", "mig-configs"})
+    if unknown:
+        raise MigConfigError(f"{source}: unknown key(s) {', '.join(map(str, unknown))}")
+    if data.get("version") != "v1":
+        raise MigConfigError(f"{source}: version must be v1, got {data.get('version')!r}")
+    configs = data.get("mig-configs")
+    if not isinstance(configs, dict) or not configs:
+        raise MigConfigError(f"{source}: mig-configs must name at least one config")
+    out: MigConfigs = {}
+    for name, entries in configs.items():
+        if not isinstance(entries, list) or not entries:
+            raise MigConfigError(f"{source}: mig-configs.{name} must be a non-empty list of entries")
+        out[str(name)] = tuple(_entry(e, where=f"{source}: mig-configs.{name}[{i}]") for i, e in enumerate(entries))
+    return out
+
+
+def load(text: str, *, source: str) -> MigConfigs:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise MigConfigError(f"{source}: not valid YAML ({error})") from error
+    return parse(data, source=source)
+
+
+def plan(configs: Mapping[str, Sequence[Entry]], *, name: str, devices: Sequence[Device]) -> dict[int, Target]:
+    """GPU index -> Target for config ``name`` (GPUs no entry selects are left out: left as they are)."""
+    if name not in configs:
+        known = ", ".join(sorted(configs)) if len(configs) <= 12 else f"{len(configs)} names"
+        raise MigConfigError(f"no MIG config named {name!r} (known: {known})")
+    targets: dict[int, Target] = {}
+    for entry in configs[name]:
+        for device in devices:
+            if entry.device_filter and device.pci_device_id not in entry.device_filter:
+                continue
+            if entry.devices is not None and device.index not in entry.devices:
+                continue
+            profiles = tuple(p for p, count in entry.mig_devices for _ in range(count))
+            targets[device.index] = Target(mig_enabled=entry.mig_enabled, profiles=profiles)
+    return targets
