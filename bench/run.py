@@ -299,7 +299,15 @@ def exporter_section(ctx: BenchContext) -> Section:
     return Section("Metrics exporter footprint", exporter_bench.markdown(exporter_bench.measure()))
 
 
-SECTIONS.extend([device_plugin_section, exporter_section])
+def toolkit_mig_section(ctx: BenchContext) -> Section:
+    """MIG reconfiguration cost on 8-GPU simulated nodes and the toolkit's no-change pass."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import toolkit_bench  # noqa: PLC0415 - a sibling module, imported when this section runs
+
+    return Section("MIG manager and toolkit", toolkit_bench.markdown(toolkit_bench.measure()))
+
+
+SECTIONS.extend([device_plugin_section, exporter_section, toolkit_mig_section])
 
 
 # -- report -----------------------------------------------------------------------------------------------
