@@ -36,6 +36,7 @@ containerd-bin: ## Install Debian's containerd, runc and busybox-static when mis
 .PHONY: generate
 generate: $(STAMP) ## Regenerate CRDs, gRPC stubs and other files generated from code
 	$(BIN)/gpu-operator crds --output-dir deploy/crds
+	$(BIN)/python hack/generate.py
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash hack/gen-proto.sh
 
 .PHONY: lint

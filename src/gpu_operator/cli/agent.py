@@ -25,7 +25,16 @@ from gpu_operator.agents.toolkit import program as toolkit
 from gpu_operator.agents.validator import program as validator
 from gpu_operator.gpu import open_backend
 
+
+async def sleep_program(ctx: AgentContext) -> None:
+    """The validator DaemonSet's main container: ready, idle until stopped (upstream sleeps too)."""
+    ctx.set_ready(True)
+    while not await ctx.sleep(3600):
+        pass
+
+
 PROGRAMS: dict[str, Callable[[AgentContext], Awaitable[None]]] = {
+    "sleep": sleep_program,
     "device-plugin": device_plugin.main,
     "feature-discovery": feature_discovery.main,
     "exporter": exporter.main,

@@ -1,7 +1,7 @@
 """``gpu-operator operator``: run the operator (what the Helm chart's Deployment executes).
 
 ``OPERATOR_NAMESPACE`` is mandatory, as upstream; the API is reached in-cluster or through
-``KUBECONFIG``. ``--no-leader-elect`` is for running a single copy by hand.
+``KUBECONFIG``. Flags follow upstream's (metrics :8080, probes :8081, leader election).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import signal
 
 import click
 
+from gpu_operator.reconcile.clusterpolicy import Outcome
+from gpu_operator.reconcile.endpoints import OperatorMetrics, serve
 from gpu_operator.reconcile.operator import Operator
 from gpu_operator.render import OperatorSettings
 
@@ -20,23 +22,41 @@ from gpu_operator.render import OperatorSettings
 @click.command("operator")
 @click.option("--namespace", envvar="OPERATOR_NAMESPACE", required=True, help="The operator namespace.")
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True, help="Lease-based election.")
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def operator_command(namespace: str, leader_elect: bool, verbose: bool) -> None:
+@click.option("--metrics-bind-address", default=":8080", show_default=True, help="host:port of /metrics.")
+@click.option("--health-probe-bind-address", default=":8081", show_default=True, help="host:port of the probes.")
+@click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
+def operator_command(
+    namespace: str, leader_elect: bool, metrics_bind_address: str, health_probe_bind_address: str, log_level: str
+) -> None:
     """Reconcile ClusterPolicies into operands until SIGTERM."""
     from lightkube import AsyncClient  # noqa: PLC0415 - keep other commands light
 
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     async def run() -> None:
-        stop = asyncio.Event()
+        stop, healthy, ready = asyncio.Event(), asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        metrics = OperatorMetrics()
+        servers = [
+            await serve(address=metrics_bind_address, metrics=metrics, healthy=healthy, ready=ready),
+            await serve(address=health_probe_bind_address, metrics=metrics, healthy=healthy, ready=ready),
+        ]
         client = AsyncClient(field_manager="gpu-operator")
+        op = Operator(client=client, namespace=namespace, settings=OperatorSettings.from_env(os.environ))
+
+        async def observed(outcome: Outcome) -> None:
+            metrics.observe(outcome, api_requests=op.api_requests)
+            ready.set()
+
+        op.on_outcome = observed
+        healthy.set()
         try:
-            op = Operator(client=client, namespace=namespace, settings=OperatorSettings.from_env(os.environ))
             await op.run(stop=stop, leader_election=leader_elect)
         finally:
+            for server in servers:
+                server.close()
             await client.close()
 
     asyncio.run(run())

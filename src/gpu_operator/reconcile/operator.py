@@ -101,6 +101,7 @@ class Operator:
     passes: int = 0
     failures: int = 0
     last: Outcome | None = None
+    api_requests: int = 0
 
     async def run(self, *, stop: asyncio.Event, leader_election: bool = True) -> None:
         kube = Kube(self.client)
@@ -125,6 +126,7 @@ class Operator:
                 try:
                     self.last = await reconcile_once(kube, namespace=self.namespace, operator=self.settings)
                     self.passes += 1
+                    self.api_requests = kube.requests
                     backoff = 0.1
                     status = self.last.status
                     delay = status.requeue_after if status and status.requeue_after else IDLE_RESYNC

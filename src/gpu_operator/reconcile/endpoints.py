@@ -1,0 +1,103 @@
+"""The operator's health probes and Prometheus metrics, on a tiny asyncio HTTP server.
+
+``/healthz`` answers while the loop runs; ``/readyz`` once a first pass finished (or while waiting
+for leadership); ``/metrics`` exports the upstream-named ``gpu_operator_*`` gauges and counters
+(reconcile totals by outcome, last success time, status, GPU node count, API requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from gpu_operator.reconcile.clusterpolicy import Outcome
+
+
+@dataclass
+class OperatorMetrics:
+    """Counters the operator updates after every pass."""
+
+    reconciliation_total: int = 0
+    reconciliation_failed_total: int = 0
+    last_success: float = 0.0
+    status: int = -1  # 1 ready, 0 not ready, -1 no ClusterPolicy, -2 operator error
+    gpu_nodes: int = 0
+    api_requests: int = 0
+    passes_by_state: dict[str, int] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    def observe(self, outcome: Outcome, *, api_requests: int) -> None:
+        self.reconciliation_total += 1
+        self.api_requests = api_requests
+        state = outcome.status.state if outcome.status else "none"
+        self.passes_by_state[state] = self.passes_by_state.get(state, 0) + 1
+        if outcome.status is None:
+            self.status = -1
+        elif outcome.status.backoff:
+            self.status, self.reconciliation_failed_total = -2, self.reconciliation_failed_total + 1
+        else:
+            self.status = 1 if outcome.status.state == "ready" else 0
+            self.last_success = time.time()
+
+    def render(self) -> str:
+        lines = [
+            "# HELP gpu_operator_reconciliation_total Reconcile passes.",
+            "# TYPE gpu_operator_reconciliation_total counter",
+            f"gpu_operator_reconciliation_total {self.reconciliation_total}",
+            "# HELP gpu_operator_reconciliation_failed_total Failed reconcile passes.",
+            "# TYPE gpu_operator_reconciliation_failed_total counter",
+            f"gpu_operator_reconciliation_failed_total {self.reconciliation_failed_total}",
+            "# HELP gpu_operator_reconciliation_last_success_ts_seconds Time of the last successful pass.",
+            "# TYPE gpu_operator_reconciliation_last_success_ts_seconds gauge",
+            f"gpu_operator_reconciliation_last_success_ts_seconds {self.last_success:.3f}",
+            "# HELP gpu_operator_reconciliation_status 1 ready, 0 not ready, -1 no ClusterPolicy, -2 error.",
+            "# TYPE gpu_operator_reconciliation_status gauge",
+            f"gpu_operator_reconciliation_status {self.status}",
+            "# HELP gpu_operator_api_requests_total API requests made by the operator.",
+            "# TYPE gpu_operator_api_requests_total counter",
+            f"gpu_operator_api_requests_total {self.api_requests}",
+            "# HELP gpu_operator_reconciliation_outcomes_total Reconcile passes by resulting policy state.",
+            "# TYPE gpu_operator_reconciliation_outcomes_total counter",
+        ]
+        lines += [
+            f'gpu_operator_reconciliation_outcomes_total{{state="{k}"}} {v}'
+            for k, v in sorted(self.passes_by_state.items())
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _parse_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host or "0.0.0.0", int(port)
+
+
+async def serve(
+    *, address: str, metrics: OperatorMetrics, healthy: asyncio.Event, ready: asyncio.Event
+) -> asyncio.AbstractServer:
+    """Start answering GET /healthz, /readyz and /metrics on ``address`` (``host:port``)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readline(), timeout=5)
+            path = request.split(b" ")[1].decode() if request.count(b" ") >= 2 else "/"
+            while (await asyncio.wait_for(reader.readline(), timeout=5)) not in (b"\r\n", b"\n", b""):
+                pass
+            if path == "/metrics":
+                code, body, kind = 200, metrics.render(), "text/plain; version=0.0.4"
+            elif path in ("/healthz", "/readyz"):
+                ok = healthy.is_set() if path == "/healthz" else ready.is_set()
+                code, body, kind = (200, "ok\n", "text/plain") if ok else (503, "not ready\n", "text/plain")
+            else:
+                code, body, kind = 404, "not found\n", "text/plain"
+            data = body.encode()
+            head = f"HTTP/1.1 {code} {'OK' if code == 200 else 'Error'}\r\nContent-Type: {kind}\r\n"
+            writer.write((head + f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode() + data)
+            await writer.drain()
+        except (TimeoutError, ConnectionError, IndexError):
+            pass
+        finally:
+            writer.close()
+
+    host, port = _parse_address(address)
+    return await asyncio.start_server(handle, host, port)

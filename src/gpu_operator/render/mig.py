@@ -1,0 +1,96 @@
+"""The MIG manager state: its DaemonSet and the default MIG layouts and GPU-client list.
+
+Without ``migManager.config.name`` the state ships ``default-mig-parted-config`` (mig-parted format,
+key ``config.yaml``) holding layouts that fit every MIG-capable GPU: ``all-disabled`` (the default
+node label), ``all-enabled`` and the smallest and largest uniform profiles of the common 40/80 GB
+parts. Without ``migManager.gpuClientsConfig.name`` it ships ``default-gpu-clients`` (key
+``clients.yaml``): host services that hold GPUs and must stop during a MIG change. A custom ConfigMap
+named by the policy is mounted instead and reported when it is missing.
+"""
+
+from __future__ import annotations
+
+from gpu_operator.render.catalog import operand
+from gpu_operator.render.context import RenderContext
+from gpu_operator.render.meta import JSON, config_map
+from gpu_operator.render.operands import main_container, pod, waiting
+from gpu_operator.render.pods import Volumes, daemonset, env, host_root_mounts, mount
+from gpu_operator.render.rbac import operand_rbac
+
+DEFAULT_CONFIG = "default-mig-parted-config"
+DEFAULT_CLIENTS = "default-gpu-clients"
+CONFIG_DIR = "/mig-parted-config"
+CLIENTS_DIR = "/gpu-clients"
+
+_A100_40 = "0x20B010DE,0x20B110DE,0x20F110DE"
+_80GB = "0x20B210DE,0x20B510DE,0x20F310DE,0x20F510DE,0x233010DE,0x233110DE,0x232210DE,0x233910DE"
+
+
+def _uniform(profile_40: str, count_40: int, profile_80: str, count_80: int) -> str:
+    return (
+        f"    - device-filter: [{_A100_40}]\n      devices: all\n      mig-enabled: true\n"
+        f'      mig-devices:\n        "{profile_40}": {count_40}\n'
+        f"    - device-filter: [{_80GB}]\n      devices: all\n      mig-enabled: true\n"
+        f'      mig-devices:\n        "{profile_80}": {count_80}\n'
+    )
+
+
+DEFAULT_MIG_LAYOUTS = (
+    "version: v1\n"
+    "mig-configs:\n"
+    "  all-disabled:\n    - devices: all\n      mig-enabled: false\n"
+    "  all-enabled:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {}\n"
+    f"  all-1g:\n{_uniform('1g.5gb', 7, '1g.10gb', 7)}"
+    f"  all-3g:\n{_uniform('3g.20gb', 2, '3g.40gb', 2)}"
+    f"  all-7g:\n{_uniform('7g.40gb', 1, '7g.80gb', 1)}"
+)
+
+DEFAULT_GPU_CLIENTS = (
+    "version: v1\n"
+    "systemd-services:\n"
+    "  - nvsm.service\n"
+    "  - nvsm-mqtt.service\n"
+    "  - nvsm-core.service\n"
+    "  - nvsm-api-gateway.service\n"
+    "  - nvsm-notifier.service\n"
+    "  - nv_peer_mem.service\n"
+    "  - nvidia-dcgm.service\n"
+    "  - dcgm.service\n"
+    "  - dcgm-exporter.service\n"
+)
+
+
+def render_mig_manager(ctx: RenderContext) -> list[JSON]:
+    op = operand("state-mig-manager")
+    spec = ctx.spec.mig_manager
+    state, ns = op.state, ctx.namespace
+    objects: list[JSON] = []
+    volumes = Volumes()
+    custom = ctx.require("ConfigMap", spec.config.name if spec.config else None, field="spec.migManager.config.name")
+    if custom is None:
+        objects.append(config_map(DEFAULT_CONFIG, state=state, namespace=ns, data={"config.yaml": DEFAULT_MIG_LAYOUTS}))
+    clients_ref = spec.gpu_clients_config.name if spec.gpu_clients_config else None
+    clients = ctx.require("ConfigMap", clients_ref, field="spec.migManager.gpuClientsConfig.name")
+    if clients is None:
+        objects.append(
+            config_map(DEFAULT_CLIENTS, state=state, namespace=ns, data={"clients.yaml": DEFAULT_GPU_CLIENTS})
+        )
+    mounts = [
+        *host_root_mounts(ctx, volumes, writable=True),
+        mount(volumes.config_map("mig-parted-config", custom or DEFAULT_CONFIG), CONFIG_DIR, read_only=True),
+        mount(volumes.config_map("gpu-clients", clients or DEFAULT_CLIENTS), CLIENTS_DIR, read_only=True),
+    ]
+    envs = [
+        env("CONFIG_FILE", f"{CONFIG_DIR}/config.yaml"),
+        env("GPU_CLIENTS_FILE", f"{CLIENTS_DIR}/clients.yaml"),
+        env("DEFAULT_GPU_CLIENTS_NAMESPACE", ns),
+        env("WITH_REBOOT", "false"),
+        env("NVIDIA_DRIVER_ROOT", ctx.driver_root),
+        env("CDI_ENABLED", str(ctx.cdi).lower()),
+    ]
+    if spec.config is not None and spec.config.default:
+        envs.append(env("DEFAULT_MIG_CONFIG", spec.config.default))
+    main = main_container(ctx, op, env_vars=envs, mounts=mounts)
+    body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
+    body["hostPID"] = True  # stopping GPU clients on the host needs their PIDs
+    return [*operand_rbac(op.service_account, state=state, namespace=ns), *objects, daemonset(ctx, op, pod=body)]

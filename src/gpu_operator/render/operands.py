@@ -1,0 +1,206 @@
+"""The node-setup operands: container toolkit, operator validator, device plugin, MPS daemon, GFD.
+
+Each ``render_*`` returns the state's objects (service account and roles, ConfigMaps, DaemonSet).
+Settings follow upstream's transforms (reference §3.2) expressed in our agents' variables: the
+toolkit gets the detected runtime and CDI mode; the device plugin, MPS daemon and GFD share the
+named-config handling (the ConfigMap of ``devicePlugin.config`` mounted at ``/available-configs``,
+``CONFIG_FILE_SRCDIR`` and ``DEFAULT_CONFIG``: the agents pick the entry named by the node label and
+reload on change, so there is no config-manager sidecar) and the MIG strategy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gpu_operator.api.defaults import is_enabled
+from gpu_operator.render.catalog import Operand, operand
+from gpu_operator.render.context import RenderContext, section_of
+from gpu_operator.render.meta import JSON
+from gpu_operator.render.pods import (
+    Volumes,
+    agent_env,
+    container,
+    daemonset,
+    env,
+    host_root_mounts,
+    merge_env,
+    mount,
+    validation_init,
+)
+from gpu_operator.render.rbac import operand_rbac
+
+CONFIG_DIR = "/available-configs"
+PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+
+
+def main_container(
+    ctx: RenderContext, op: Operand, *, env_vars: Sequence[JSON], mounts: Sequence[JSON], section: Any = None
+) -> JSON:
+    """The operand's own container: ``gpu-operator agent NAME`` in the resolved image."""
+    section = section if section is not None else section_of(ctx.spec, op.section)
+    base = [*agent_env(), *([env("NVIDIA_VISIBLE_DEVICES", "all")] if op.gpu_access else []), *env_vars]
+    return container(
+        name=op.container,
+        image=ctx.image(section, field=f"spec.{op.section}", env_var=op.image_env),
+        pull_policy=ctx.pull_policy(section),
+        command=op.command(),
+        args=getattr(section, "args", None),
+        env_vars=merge_env(base, getattr(section, "env", None)),
+        mounts=mounts,
+        privileged=op.privileged,
+        section=section,
+        probe=op.ready_probe,
+    )
+
+
+def pod(
+    ctx: RenderContext, op: Operand, *, containers: list[JSON], volumes: Volumes, init: Sequence[JSON] = ()
+) -> JSON:
+    """The pod-spec body: init containers, containers, volumes, and every image's pull secrets."""
+    out: JSON = {}
+    if init:
+        out["initContainers"] = list(init)
+    out["containers"] = containers
+    out["volumes"] = volumes.listing()
+    secrets = ctx.pull_secrets(section_of(ctx.spec, op.section), *([ctx.spec.validator] if init else []))
+    if secrets:
+        out["imagePullSecrets"] = secrets
+    return out
+
+
+def waiting(ctx: RenderContext, op: Operand, volumes: Volumes) -> list[JSON]:
+    """The init container that holds the operand until its prerequisite validated on this node."""
+    return [validation_init(ctx, volumes, component=op.waits_for)] if op.waits_for else []
+
+
+def plugin_config(ctx: RenderContext, volumes: Volumes) -> tuple[list[JSON], list[JSON]]:
+    """Env and mounts for the named device-plugin configs (shared by the plugin, MPS daemon and GFD)."""
+    config = ctx.spec.device_plugin.config
+    envs = [env("NVIDIA_MIG_MONITOR_DEVICES", "all")]
+    if ctx.spec.mig.strategy:
+        envs.insert(0, env("MIG_STRATEGY", ctx.spec.mig.strategy))
+    name = ctx.require("ConfigMap", config.name if config else None, field="spec.devicePlugin.config.name")
+    if not name:
+        return envs, []
+    envs.append(env("CONFIG_FILE_SRCDIR", CONFIG_DIR))
+    if config is not None and config.default:
+        envs.append(env("DEFAULT_CONFIG", config.default))
+    return envs, [mount(volumes.config_map("available-configs", name), CONFIG_DIR, read_only=True)]
+
+
+def render_toolkit(ctx: RenderContext) -> list[JSON]:
+    op = operand("state-container-toolkit")
+    volumes = Volumes()
+    runtime = ctx.facts.runtime
+    envs = [
+        env("RUNTIME", runtime),
+        env("ROOT", ctx.spec.toolkit.install_dir),
+        env("NVIDIA_RUNTIME_NAME", ctx.spec.operator.runtime_class),
+        env("NVIDIA_DRIVER_ROOT", ctx.driver_root),
+        env("NVIDIA_VISIBLE_DEVICES", "void"),
+        env("NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND", "management.nvidia.com/gpu"),
+    ]
+    if ctx.cdi:
+        # With CDI the nvidia runtime is a runtime class, never the node's default runtime.
+        envs += [env("CDI_ENABLED", "true"), env("NVIDIA_RUNTIME_SET_AS_DEFAULT", "false")]
+        envs.append(env("NVIDIA_CONTAINER_RUNTIME_MODE", "cdi"))
+    else:
+        envs.append(env("NVIDIA_RUNTIME_SET_AS_DEFAULT", "true"))
+    if runtime == "crio":
+        envs.append(env("CRIO_CONFIG_MODE", "config" if ctx.cdi else "hook"))
+    if ctx.nri:
+        envs.append(env("ENABLE_NRI_PLUGIN", "true"))
+    mounts = host_root_mounts(ctx, volumes, writable=True)
+    mounts.append(mount(volumes.host("toolkit-run", "/run/nvidia/toolkit"), "/run/nvidia/toolkit"))
+    main = main_container(ctx, op, env_vars=envs, mounts=mounts)
+    body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
+    # The runtime is restarted by signalling its process, which needs the host PID namespace.
+    body["hostPID"] = True
+    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]
+
+
+def render_validator(ctx: RenderContext) -> list[JSON]:
+    op = operand("state-operator-validation")
+    volumes = Volumes()
+    components = ["driver", "toolkit", "cuda"]
+    if is_enabled(ctx.spec, section="devicePlugin"):
+        components.append("plugin")
+    init = [validation_init(ctx, volumes, component=c) for c in components]
+    for c in init:
+        if c["name"] == "cuda-validation":
+            c["env"].insert(0, env("NVIDIA_VISIBLE_DEVICES", "all"))
+    main = main_container(ctx, op, env_vars=[], mounts=[], section=ctx.spec.validator)
+    main["env"] = [e for e in main["env"] if e["name"] != "NVIDIA_VISIBLE_DEVICES"]
+    body = pod(ctx, op, containers=[main], volumes=volumes, init=init)
+    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]
+
+
+def _feature_flags(ctx: RenderContext) -> list[JSON]:
+    out = []
+    for name, on in (
+        ("GDS_ENABLED", is_enabled(ctx.spec, section="gds")),
+        ("GDRCOPY_ENABLED", is_enabled(ctx.spec, section="gdrcopy")),
+        ("MOFED_ENABLED", bool(ctx.spec.driver.rdma and ctx.spec.driver.rdma.enabled)),
+    ):
+        if on:
+            out.append(env(name, "true"))
+    return out
+
+
+def render_device_plugin(ctx: RenderContext) -> list[JSON]:
+    op = operand("state-device-plugin")
+    volumes = Volumes()
+    config_env, config_mounts = plugin_config(ctx, volumes)
+    mps_root = ctx.spec.device_plugin.mps.root
+    envs = [*config_env, env("PASS_DEVICE_SPECS", "true"), env("NVIDIA_DRIVER_ROOT", ctx.driver_root)]
+    if ctx.cdi:
+        envs.append(env("DEVICE_LIST_STRATEGY", "cdi-annotations,cdi-cri"))
+        envs.append(env("CDI_ANNOTATION_PREFIX", "cdi.k8s.io/"))
+        envs.append(env("NVIDIA_CDI_HOOK_PATH", f"{ctx.spec.toolkit.install_dir}/toolkit/nvidia-cdi-hook"))
+    envs += [env("MPS_ROOT", mps_root), *_feature_flags(ctx)]
+    mounts = [
+        mount(volumes.host("device-plugins", f"{ctx.kubelet_dir}/device-plugins", kind="Directory"), PLUGIN_DIR),
+        mount(volumes.host("mps-root", mps_root), mps_root),
+        *host_root_mounts(ctx, volumes, writable=False),
+        *config_mounts,
+    ]
+    main = main_container(ctx, op, env_vars=envs, mounts=mounts)
+    body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
+    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]
+
+
+def render_mps(ctx: RenderContext) -> list[JSON]:
+    op = operand("state-mps-control-daemon")
+    volumes = Volumes()
+    config_env, config_mounts = plugin_config(ctx, volumes)
+    mps_root = ctx.spec.device_plugin.mps.root
+    mounts = [mount(volumes.host("mps-root", mps_root), mps_root), *config_mounts]
+    mounts.append(mount(volumes.host("mps-shm", f"{mps_root}/shm"), "/dev/shm"))
+    main = main_container(
+        ctx, op, env_vars=[*config_env, env("MPS_ROOT", mps_root)], mounts=mounts, section=ctx.spec.device_plugin
+    )
+    body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
+    body["hostPID"] = True  # the control daemon serves clients in other pods' PID namespaces
+    # Only nodes whose plugin config enables MPS sharing run the daemon (GFD sets the label).
+    selector = {**op.node_selector, "nvidia.com/mps.capable": "true"}
+    rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
+    return [*rbac, daemonset(ctx, op, pod=body, node_selector=selector)]
+
+
+def render_gfd(ctx: RenderContext) -> list[JSON]:
+    op = operand("gpu-feature-discovery")
+    volumes = Volumes()
+    config_env, config_mounts = plugin_config(ctx, volumes)
+    envs = [*config_env, env("GFD_SLEEP_INTERVAL", "60s"), env("GFD_FAIL_ON_INIT_ERROR", "true")]
+    mounts = [*config_mounts]
+    if ctx.facts.has_nfd_labels:
+        envs.append(env("GFD_OUTPUT_FILE", f"{NFD_FEATURES_DIR}/gfd"))
+        mounts.append(mount(volumes.host("output-dir", NFD_FEATURES_DIR), NFD_FEATURES_DIR))
+    else:
+        # No NFD in the cluster: GFD writes its labels onto the Node itself.
+        envs.append(env("GFD_LABEL_NODE", "true"))
+    main = main_container(ctx, op, env_vars=envs, mounts=mounts)
+    body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
+    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]

@@ -1,0 +1,241 @@
+"""Building blocks of operand pods: env, volumes, the validation init containers and the DaemonSet.
+
+Host paths: agents reach node files through ``HOST_ROOT`` (``/host``, agents/host.py), so the host's
+root filesystem (``hostPaths.rootFS``) is mounted there, read-only unless the agent must write, with
+the directories an agent writes (``/run/nvidia/validations``) mounted read-write on top. Kubelet
+sockets (device plugins, pod resources) are mounted at their own paths, which is where the agents and
+the kubelet meet.
+
+Every DaemonSet selects its nodes with ``nvidia.com/gpu.deploy.<operand>: "true"``, tolerates
+``nvidia.com/gpu`` (or the policy's ``daemonsets.tolerations``), and carries the policy's pod labels
+and annotations without letting them replace ``app`` or the operator's own labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from gpu_operator.api.base import EnvVar
+from gpu_operator.render.catalog import READY_FILE, Operand
+from gpu_operator.render.context import RenderContext
+from gpu_operator.render.images import ResolvedImage
+from gpu_operator.render.meta import JSON, finalize, labels_for, metadata
+
+HOST_ROOT = "/host"
+VALIDATIONS = "/run/nvidia/validations"
+DEFAULT_TOLERATION: JSON = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+NRI_ANNOTATION = "nvidia.cdi.k8s.io/container.{container}"
+
+
+def env(name: str, value: str) -> JSON:
+    return {"name": name, "value": value}
+
+
+def field_env(name: str, path: str) -> JSON:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def merge_env(base: Sequence[JSON], extra: Iterable[EnvVar] | None) -> list[JSON]:
+    """``base`` then the policy's variables; a policy variable replaces a built-in one of the same name."""
+    out = [dict(e) for e in base]
+    for var in extra or ():
+        entry = env(var.name, var.value or "")
+        index = next((i for i, e in enumerate(out) if e["name"] == var.name), None)
+        if index is None:
+            out.append(entry)
+        else:
+            out[index] = entry
+    return out
+
+
+def agent_env() -> list[JSON]:
+    """What every agent reads: its node, its namespace, and where the host root is."""
+    return [
+        field_env("NODE_NAME", "spec.nodeName"),
+        field_env("OPERATOR_NAMESPACE", "metadata.namespace"),
+        env("HOST_ROOT", HOST_ROOT),
+    ]
+
+
+class Volumes:
+    """The pod's volumes, added once each however many containers mount them."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, JSON] = {}
+
+    def host(self, name: str, path: str, *, kind: str = "DirectoryOrCreate") -> str:
+        self._by_name.setdefault(name, {"name": name, "hostPath": {"path": path, "type": kind}})
+        return name
+
+    def config_map(self, name: str, config_map: str, *, items: Sequence[JSON] | None = None) -> str:
+        source: JSON = {"name": config_map}
+        if items:
+            source["items"] = list(items)
+        self._by_name.setdefault(name, {"name": name, "configMap": source})
+        return name
+
+    def secret(self, name: str, secret: str, *, items: Sequence[JSON] | None = None) -> str:
+        source: JSON = {"secretName": secret}
+        if items:
+            source["items"] = list(items)
+        self._by_name.setdefault(name, {"name": name, "secret": source})
+        return name
+
+    def listing(self) -> list[JSON]:
+        return list(self._by_name.values())
+
+
+def mount(name: str, path: str, *, read_only: bool = False, propagation: str | None = None) -> JSON:
+    out: JSON = {"name": name, "mountPath": path}
+    if read_only:
+        out["readOnly"] = True
+    if propagation:
+        out["mountPropagation"] = propagation
+    return out
+
+
+def host_root_mounts(ctx: RenderContext, volumes: Volumes, *, writable: bool) -> list[JSON]:
+    """The host root at ``/host`` (host-to-container propagation), plus the validations directory writable."""
+    volumes.host("host-root", ctx.root_fs, kind="Directory")
+    mounts = [mount("host-root", HOST_ROOT, read_only=not writable, propagation="HostToContainer")]
+    if not writable:
+        volumes.host("run-nvidia-validations", VALIDATIONS)
+        mounts.append(mount("run-nvidia-validations", f"{HOST_ROOT}{VALIDATIONS}"))
+    return mounts
+
+
+def security(*, privileged: bool) -> JSON:
+    if privileged:
+        return {"privileged": True}
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def ready_probe() -> JSON:
+    """Ready once the agent says so: ``gpu-operator agent`` touches READY_FILE."""
+    return {"exec": {"command": ["test", "-f", READY_FILE]}, "periodSeconds": 5, "failureThreshold": 1}
+
+
+def resources(section: Any) -> JSON | None:
+    value = getattr(section, "resources", None)
+    return value.model_dump(by_alias=True, exclude_none=True, mode="json") if value is not None else None
+
+
+def container(
+    *,
+    name: str,
+    image: ResolvedImage,
+    pull_policy: str,
+    command: list[str],
+    env_vars: Sequence[JSON],
+    mounts: Sequence[JSON],
+    privileged: bool,
+    args: Sequence[str] | None = None,
+    section: Any = None,
+    probe: bool = False,
+) -> JSON:
+    out: JSON = {"name": name, "image": image.reference, "imagePullPolicy": pull_policy, "command": command}
+    if args:
+        out["args"] = list(args)
+    out["env"] = list(env_vars)
+    limits = resources(section)
+    if limits:
+        out["resources"] = limits
+    out["securityContext"] = security(privileged=privileged)
+    if mounts:
+        out["volumeMounts"] = [dict(m) for m in mounts]  # copies: containers never share a dict
+    if probe:
+        out["readinessProbe"] = ready_probe()
+    return out
+
+
+def validation_init(ctx: RenderContext, volumes: Volumes, *, component: str) -> JSON:
+    """``<component>-validation``: our validator with ``WITH_WAIT=true`` (waits for its prerequisite file)."""
+    validator = ctx.spec.validator
+    image = ctx.image(validator, field="spec.validator", env_var="VALIDATOR_IMAGE")
+    base = [
+        env("COMPONENT", component),
+        env("WITH_WAIT", "true"),
+        *agent_env(),
+        env("OUTPUT_DIR", VALIDATIONS),
+        env("DRIVER_INSTALL_DIR", ctx.driver_install_dir),
+    ]
+    # The driver check creates /dev/char symlinks on the host, hence a writable root and privilege.
+    writable = component == "driver"
+    mounts = host_root_mounts(ctx, volumes, writable=writable)
+    if component == "plugin":
+        socket_dir = f"{ctx.kubelet_dir}/pod-resources"
+        base.append(env("POD_RESOURCES_SOCKET", f"{socket_dir}/kubelet.sock"))
+        mounts.append(mount(volumes.host("pod-resources", socket_dir), socket_dir, read_only=True))
+    component_env = getattr(validator, component, None)
+    return container(
+        name=f"{component}-validation",
+        image=image,
+        pull_policy=ctx.pull_policy(validator),
+        command=["gpu-operator", "agent", "validator"],
+        env_vars=merge_env(base, component_env.env if component_env is not None else None),
+        mounts=mounts,
+        privileged=writable or component in ("cuda", "plugin"),
+    )
+
+
+def rolling_update(ctx: RenderContext) -> JSON:
+    strategy: JSON = {"type": ctx.spec.daemonsets.update_strategy}
+    settings = ctx.spec.daemonsets.rolling_update
+    if strategy["type"] == "RollingUpdate" and settings is not None and settings.max_unavailable:
+        value = settings.max_unavailable
+        # "1" must become the integer 1: an int-or-string string has to be a percentage.
+        strategy["rollingUpdate"] = {"maxUnavailable": int(value) if value.isdigit() else value}
+    return strategy
+
+
+def daemonset(
+    ctx: RenderContext,
+    op: Operand,
+    *,
+    pod: JSON,
+    name: str | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    on_delete: bool = False,
+    labels: Mapping[str, str] | None = None,
+    pod_annotations: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> JSON:
+    """The operand's DaemonSet around ``pod`` (containers, volumes, pod-level extras); ``overrides``
+    replace the policy-wide pod settings (an NVIDIADriver's own tolerations, priority, affinity)."""
+    ds_name = name or op.daemonset
+    sets = ctx.spec.daemonsets
+    pod_labels = labels_for(op.state, extra={**(sets.labels or {}), **(labels or {})})
+    pod_labels["app"] = ds_name
+    annotations = {**(sets.annotations or {}), **(pod_annotations or {})}
+    if op.gpu_access and ctx.nri:
+        # NRI mode: the NRI plugin injects the management devices instead of a runtime class.
+        for c in pod["containers"]:
+            annotations[NRI_ANNOTATION.format(container=c["name"])] = "management.nvidia.com/gpu=all"
+    spec: JSON = {"serviceAccountName": op.service_account}
+    if sets.priority_class_name:
+        spec["priorityClassName"] = sets.priority_class_name
+    tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in sets.tolerations or []]
+    spec["tolerations"] = tolerations if sets.tolerations is not None else [dict(DEFAULT_TOLERATION)]
+    spec["nodeSelector"] = dict(node_selector if node_selector is not None else op.node_selector)
+    runtime_class = ctx.runtime_class() if op.gpu_access else None
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    if sets.pod_security_context:
+        spec["securityContext"] = dict(sets.pod_security_context)
+    spec.update(pod)
+    spec.update(overrides or {})
+    template_meta: JSON = {"labels": pod_labels}
+    if annotations:
+        template_meta["annotations"] = annotations
+    ds: JSON = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": metadata(ds_name, state=op.state, namespace=ctx.namespace, labels=labels, app=ds_name),
+        "spec": {
+            "selector": {"matchLabels": {"app": ds_name}},
+            "updateStrategy": {"type": "OnDelete"} if on_delete else rolling_update(ctx),
+            "template": {"metadata": template_meta, "spec": spec},
+        },
+    }
+    return finalize(ds)

@@ -1,0 +1,163 @@
+"""The sandbox (VM workload) states: vGPU manager, vGPU device manager, sandbox validator, vfio-pci
+manager, the KubeVirt and Kata sandbox device plugins, and the confidential-computing manager.
+
+They deploy only with ``sandboxWorkloads.enabled`` and schedule on nodes labelled for VM workloads
+(``nvidia.com/gpu.workload.config``: ``vm-passthrough``/``vm-vgpu`` get their own deploy labels). The
+agents behind them come with a later issue; the manifests are complete so the golden files pin them.
+Managers that own a host driver (vGPU manager, vfio manager) get the driver-manager init container
+like the driver; the sandbox validator checks, per enabled operand, ``vfio-pci``, ``vgpu-manager``
+and ``vgpu-devices`` as init containers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_operator.api.defaults import is_enabled
+from gpu_operator.render.catalog import DRIVER_MANAGER, Operand, operand
+from gpu_operator.render.context import RenderContext
+from gpu_operator.render.meta import JSON, config_map
+from gpu_operator.render.operands import main_container, pod
+from gpu_operator.render.pods import (
+    VALIDATIONS,
+    Volumes,
+    agent_env,
+    container,
+    daemonset,
+    env,
+    host_root_mounts,
+    merge_env,
+    mount,
+    validation_init,
+)
+from gpu_operator.render.rbac import operand_rbac
+
+DEFAULT_VGPU_DEVICES = "default-vgpu-devices-config"
+VGPU_DEVICES_YAML = "version: v1\nvgpu-configs:\n  default:\n    - devices: all\n      vgpu-devices: {}\n"
+
+
+def _driver_manager(ctx: RenderContext, section: Any, *, field: str, volumes: Volumes) -> JSON:
+    name, agent, env_var = DRIVER_MANAGER
+    manager = getattr(section, "driver_manager", None)
+    image = ctx.image(manager, field=f"{field}.driverManager", env_var=env_var)
+    base = [*agent_env(), env("ENABLE_GPU_POD_EVICTION", "false"), env("ENABLE_AUTO_DRAIN", "false")]
+    return container(
+        name=name,
+        image=image,
+        pull_policy=ctx.pull_policy(manager),
+        command=["gpu-operator", "agent", agent],
+        env_vars=merge_env(base, getattr(manager, "env", None)),
+        mounts=host_root_mounts(ctx, volumes, writable=True),
+        privileged=True,
+    )
+
+
+def _simple(
+    ctx: RenderContext,
+    op: Operand,
+    *,
+    envs: list[JSON] | None = None,
+    init: list[JSON] | None = None,
+    volumes: Volumes | None = None,
+    extra_mounts: list[JSON] | None = None,
+    on_delete: bool = False,
+) -> list[JSON]:
+    volumes = volumes or Volumes()
+    mounts = [*host_root_mounts(ctx, volumes, writable=True), *(extra_mounts or [])]
+    main = main_container(ctx, op, env_vars=envs or [], mounts=mounts)
+    body = pod(ctx, op, containers=[main], volumes=volumes, init=init or [])
+    rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
+    return [*rbac, daemonset(ctx, op, pod=body, on_delete=on_delete)]
+
+
+def render_vgpu_manager(ctx: RenderContext) -> list[JSON]:
+    op = operand("state-vgpu-manager")
+    spec = ctx.spec.vgpu_manager
+    volumes = Volumes()
+    init = [_driver_manager(ctx, spec, field="spec.vgpuManager", volumes=volumes)]
+    mounts = [mount(volumes.host("run-nvidia", "/run/nvidia"), "/run/nvidia", propagation="Bidirectional")]
+    kmc = spec.kernel_module_config.name if spec.kernel_module_config else None
+    if ctx.require("ConfigMap", kmc, field="spec.vgpuManager.kernelModuleConfig.name"):
+        mounts.append(mount(volumes.config_map("kernel-module-config", str(kmc)), "/drivers/kernel-module-config"))
+    # Like the driver: pods are replaced only when the upgrade logic deletes them.
+    return _simple(
+        ctx,
+        op,
+        envs=[env("DRIVER_TYPE", "vgpu-host-manager")],
+        init=init,
+        volumes=volumes,
+        extra_mounts=mounts,
+        on_delete=True,
+    )
+
+
+def render_vgpu_device_manager(ctx: RenderContext) -> list[JSON]:
+    op = operand("state-vgpu-device-manager")
+    config = ctx.spec.vgpu_device_manager.config
+    name = ctx.require("ConfigMap", config.name if config else None, field="spec.vgpuDeviceManager.config.name")
+    objects: list[JSON] = []
+    if name is None:
+        data = {"config.yaml": VGPU_DEVICES_YAML}
+        objects.append(config_map(DEFAULT_VGPU_DEVICES, state=op.state, namespace=ctx.namespace, data=data))
+    volumes = Volumes()
+    mounts = [mount(volumes.config_map("vgpu-config", name or DEFAULT_VGPU_DEVICES), "/vgpu-config", read_only=True)]
+    envs = [
+        env("CONFIG_FILE", "/vgpu-config/config.yaml"),
+        env("DEFAULT_VGPU_CONFIG", config.default if config else "default"),
+    ]
+    init = [validation_init(ctx, volumes, component="vgpu-manager")]
+    return [*objects, *_simple(ctx, op, envs=envs, init=init, volumes=volumes, extra_mounts=mounts)]
+
+
+def render_sandbox_validator(ctx: RenderContext) -> list[JSON]:
+    op = operand("state-sandbox-validation")
+    volumes = Volumes()
+    components = []
+    if is_enabled(ctx.spec, section="vfioManager"):
+        components.append("vfio-pci")
+    if is_enabled(ctx.spec, section="vgpuManager"):
+        components.append("vgpu-manager")
+    if is_enabled(ctx.spec, section="vgpuDeviceManager"):
+        components.append("vgpu-devices")
+    init = [validation_init(ctx, volumes, component=c) for c in components]
+    for c in init:
+        section = {
+            "vfio-pci": ctx.spec.validator.vfio_pci,
+            "vgpu-manager": ctx.spec.validator.vgpu_manager,
+            "vgpu-devices": ctx.spec.validator.vgpu_devices,
+        }[c["env"][0]["value"]]
+        c["env"] = merge_env(c["env"], section.env if section else None)
+    main = main_container(ctx, op, env_vars=[], mounts=[], section=ctx.spec.validator)
+    body = pod(ctx, op, containers=[main], volumes=volumes, init=init)
+    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]
+
+
+def render_vfio_manager(ctx: RenderContext) -> list[JSON]:
+    op = operand("state-vfio-manager")
+    volumes = Volumes()
+    init = [_driver_manager(ctx, ctx.spec.vfio_manager, field="spec.vfioManager", volumes=volumes)]
+    return _simple(ctx, op, init=init, volumes=volumes)
+
+
+def _sandbox_plugin(ctx: RenderContext, state: str) -> list[JSON]:
+    op = operand(state)
+    volumes = Volumes()
+    plugins = f"{ctx.kubelet_dir}/device-plugins"
+    mounts = [mount(volumes.host("device-plugins", plugins, kind="Directory"), "/var/lib/kubelet/device-plugins")]
+    init = [validation_init(ctx, volumes, component="vfio-pci")] if is_enabled(ctx.spec, section="vfioManager") else []
+    return _simple(ctx, op, init=init, volumes=volumes, extra_mounts=mounts)
+
+
+def render_sandbox_device_plugin(ctx: RenderContext) -> list[JSON]:
+    return _sandbox_plugin(ctx, "state-sandbox-device-plugin")
+
+
+def render_kata_device_plugin(ctx: RenderContext) -> list[JSON]:
+    return _sandbox_plugin(ctx, "state-kata-device-plugin")
+
+
+def render_cc_manager(ctx: RenderContext) -> list[JSON]:
+    op = operand("state-cc-manager")
+    mode = ctx.spec.cc_manager.default_mode or "on"
+    envs = [env("DEFAULT_CC_MODE", mode), env("OUTPUT_DIR", VALIDATIONS)]
+    return _simple(ctx, op, envs=envs)

@@ -1,0 +1,284 @@
+"""The Helm chart with the real `helm`: lint, template, values that carry over from NVIDIA's chart,
+and, on the local control plane, an install whose RBAC lets the operator apply everything `render`
+produces (Kubernetes refuses RBAC escalation, so this proves the generated roles suffice) and
+nothing of a sample it must not touch.
+
+The bin dir comes from ``$GPU_OPERATOR_KUBE_BIN_DIR`` or ``hack/build-kube.sh`` (``locate_binaries``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.api.validation import validate_document
+from gpu_operator.cli.render import dump_manifests
+from gpu_operator.localcluster.binaries import BinariesNotFoundError, locate_binaries
+from gpu_operator.localcluster.cluster import LocalCluster
+from gpu_operator.localcluster.tools import component_env
+from gpu_operator.render import ClusterFacts, OperatorSettings, render
+from gpu_operator.render.rbac import operator_rules
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+CHART = REPO / "deploy" / "helm" / "gpu-operator"
+KUBE_VERSION = "1.37.2"
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Path:
+    try:
+        return locate_binaries(required=("helm",)).helm
+    except BinariesNotFoundError as error:
+        pytest.fail(f"the chart tests need helm (run `make kube-bin`): {error}", pytrace=False)
+
+
+@pytest.fixture
+def helm(helm_bin: Path, tmp_path: Path) -> Any:
+    env = component_env()
+    env.update(HOME=str(tmp_path), HELM_CACHE_HOME=str(tmp_path / "c"), HELM_CONFIG_HOME=str(tmp_path / "f"),
+               HELM_DATA_HOME=str(tmp_path / "d"))  # fmt: skip
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(helm_bin), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        if check:
+            assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+        return result
+
+    return run
+
+
+def template(helm: Any, *sets: str, namespace: str = "gpu-operator", crds: bool = False) -> list[dict[str, Any]]:
+    args = ["template", "gpu-operator", str(CHART), "-n", namespace, "--kube-version", KUBE_VERSION]
+    args += [a for s in sets for a in ("--set", s)]
+    if crds:
+        args.append("--include-crds")
+    return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
+
+
+def by_kind(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for doc in docs:
+        out.setdefault(doc["kind"], []).append(doc)
+    return out
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        ("nfd.enabled=true", "psa.enabled=false"),
+        ("driver.nvidiaDriverCRD.enabled=true", "gds.enabled=true"),
+        ("devicePlugin.config.create=true", "devicePlugin.config.name=plugin-configs", "operator.version=sha256:ab"),
+    ],
+    ids=["defaults", "nfd", "nvidiadriver", "configs"],
+)
+def test_lint_passes_offline(helm: Any, sets: tuple[str, ...]) -> None:
+    result = helm(
+        "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *[a for s in sets for a in ("--set", s)]
+    )
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_default_install_objects(helm: Any) -> None:
+    kinds = by_kind(template(helm, crds=True))
+    assert sorted(kinds) == sorted([
+        "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+        "Deployment", "ClusterPolicy",
+    ])  # fmt: skip
+    crds = {c["metadata"]["name"]: c for c in kinds["CustomResourceDefinition"]}
+    for path in (REPO / "deploy" / "crds").glob("*.yaml"):
+        committed = yaml.safe_load(path.read_text(encoding="utf-8"))
+        assert crds[committed["metadata"]["name"]] == committed
+    (policy,) = kinds["ClusterPolicy"]
+    result = validate_document(policy)
+    assert result.errors == ()
+    spec = policy["spec"]
+    assert spec["psa"] == {"enabled": True}
+    assert spec["mig"] == {"strategy": "single"}
+    assert spec["dcgm"]["enabled"] is False
+    assert "repository" not in spec["driver"]  # empty image fields are absent: operands run our image
+    assert spec["driver"]["useNvidiaDriverCRD"] is False
+    cluster_rules, namespaced_rules = operator_rules(namespace="gpu-operator")
+    assert kinds["ClusterRole"][0]["rules"] == cluster_rules
+    assert kinds["Role"][0]["rules"] == namespaced_rules
+
+
+def test_operator_deployment_meets_restricted_pod_security(helm: Any) -> None:
+    (deployment,) = by_kind(template(helm))["Deployment"]
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-drain.skip"] == "true"
+    spec = pod["spec"]
+    assert spec["serviceAccountName"] == "gpu-operator"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = spec["containers"]
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True
+    assert not any("hostPath" in v for v in spec.get("volumes", []))
+    env = {e["name"]: e for e in container["env"]}
+    assert env["AGENT_IMAGE"]["value"] == container["image"] == "ghcr.io/example/gpu-operator:v0.1.0"
+    assert env["OPERATOR_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert container["resources"]["limits"] == {"cpu": "500m", "memory": "350Mi"}
+
+
+def test_operator_image_values(helm: Any) -> None:
+    sets = ("operator.repository=reg.local/mirror", "operator.version=sha256:0123")
+    (deployment,) = by_kind(template(helm, *sets))["Deployment"]
+    assert (
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "reg.local/mirror/gpu-operator@sha256:0123"
+    )
+
+
+UPSTREAM_STYLE_VALUES = """
+driver:
+  repository: nvcr.io/nvidia
+  image: driver
+  version: "595.91.07"
+  licensingConfig: {secretName: licensing, nlsEnabled: true}
+toolkit:
+  env:
+    - {name: CONTAINERD_SOCKET, value: /run/k3s/containerd/containerd.sock}
+devicePlugin:
+  config: {name: time-slicing-config, default: any, create: false}
+mig:
+  strategy: mixed
+dcgmExporter:
+  config: {name: custom-metrics}
+  serviceMonitor: {enabled: true, additionalLabels: {release: prometheus}}
+daemonsets:
+  priorityClassName: system-node-critical
+nodeStatusExporter:
+  enabled: true
+"""
+
+
+def test_upstream_style_values_carry_over(helm: Any, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(UPSTREAM_STYLE_VALUES, encoding="utf-8")
+    docs = [d for d in yaml.safe_load_all(
+        helm("template", "g", str(CHART), "-f", str(values), "--kube-version", KUBE_VERSION).stdout) if d]  # fmt: skip
+    (policy_doc,) = by_kind(docs)["ClusterPolicy"]
+    result = validate_document(policy_doc)
+    assert result.errors == ()
+    assert isinstance(result.model, ClusterPolicy)
+    spec = policy_doc["spec"]
+    assert spec["devicePlugin"]["config"] == {"name": "time-slicing-config", "default": "any"}
+    assert spec["toolkit"]["env"][0]["name"] == "CONTAINERD_SOCKET"
+    facts = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
+    states = render(result.model, facts, operator=OperatorSettings(agent_image="ghcr.io/example/gpu-operator:v0.1.0"))
+    driver = next(o for s in states for o in s.objects if o["metadata"]["name"] == "nvidia-driver-daemonset")
+    assert driver["spec"]["template"]["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
+
+
+def test_nvidiadriver_default_cr(helm: Any) -> None:
+    kinds = by_kind(template(helm, "driver.nvidiaDriverCRD.enabled=true", "driver.version=595.91.07",
+                             "driver.repository=reg.local", "driver.image=driver"))  # fmt: skip
+    (driver,) = kinds["NVIDIADriver"]
+    assert validate_document(driver).errors == ()
+    assert driver["spec"]["default"] is True
+    assert "nodeSelector" not in driver["spec"]
+    assert kinds["ClusterPolicy"][0]["spec"]["driver"]["useNvidiaDriverCRD"] is True
+    selected = by_kind(template(helm, "driver.nvidiaDriverCRD.enabled=true",
+                                "driver.nvidiaDriverCRD.nodeSelector.pool=a"))["NVIDIADriver"][0]  # fmt: skip
+    assert (selected["spec"]["default"], selected["spec"]["nodeSelector"]) == (False, {"pool": "a"})
+    assert validate_document(selected).errors == ()
+
+
+def test_config_maps_from_values(helm: Any) -> None:
+    kinds = by_kind(template(helm, "dcgmExporter.config.create=true", "dcgmExporter.config.name=metrics",
+                             "dcgmExporter.config.data=DCGM_FI_DEV_GPU_UTIL"))  # fmt: skip
+    (config,) = kinds["ConfigMap"]
+    assert config["data"] == {"dcgm-metrics.csv": "DCGM_FI_DEV_GPU_UTIL"}
+    assert kinds["ClusterPolicy"][0]["spec"]["dcgmExporter"]["config"] == {"name": "metrics"}
+    failed = helm("template", "g", str(CHART), "--kube-version", KUBE_VERSION, "--set", "migManager.config.create=true",
+                  check=False)  # fmt: skip
+    assert failed.returncode != 0
+    assert "migManager.config.name is required" in failed.stderr
+
+
+# -- on the local control plane ------------------------------------------------------------------
+
+
+@pytest.fixture
+def installed(local_cluster: LocalCluster, namespace: str) -> Iterator[str]:
+    """The chart installed (no ClusterPolicy: no operator runs here) in a fresh namespace."""
+    release = f"gpuop-{secrets.token_hex(3)}"
+    local_cluster.helm("install", release, str(CHART), "-n", namespace, "--set", "clusterPolicy.deployCR=false",
+                       timeout=120)  # fmt: skip
+    try:
+        yield namespace
+    finally:
+        local_cluster.helm("uninstall", release, "-n", namespace, check=False, timeout=120)
+
+
+def _can(cluster: LocalCluster, namespace: str, *args: str) -> bool:
+    account = f"system:serviceaccount:{namespace}:gpu-operator"
+    result = cluster.kubectl("auth", "can-i", *args, "--as", account, check=False)
+    return result.stdout.strip() == "yes"
+
+
+RBAC_KINDS = ("ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
+
+
+def _apply_as_operator(cluster: LocalCluster, namespace: str, objects: list[dict[str, Any]], path: Path, *,
+                       dry_run: bool) -> None:  # fmt: skip
+    """Server-side apply as the operator's service account, as its reconciler does."""
+    path.write_text(dump_manifests(objects), encoding="utf-8")
+    args = ["apply", "--server-side", "--field-manager", "gpu-operator", "-f", str(path)]
+    args += ["--as", f"system:serviceaccount:{namespace}:gpu-operator"]
+    result = cluster.kubectl(*args, *(["--dry-run=server"] if dry_run else []), check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_installed_rbac_is_enough_for_every_rendered_object(
+    local_cluster: LocalCluster, installed: str, tmp_path: Path
+) -> None:
+    namespace = installed
+    source = yaml.safe_load((REPO / "tests/golden/data/render/inputs/all-enabled.yaml").read_text(encoding="utf-8"))
+    facts = ClusterFacts(namespace=namespace, gpu_node_count=2, os_tag="ubuntu22.04", has_nfd_labels=True)
+    states = render(ClusterPolicy.model_validate(source), facts, operator=OperatorSettings())
+    objects = [o for s in states for o in s.objects]
+    rbac = [o for o in objects if o["kind"] in RBAC_KINDS]
+    # Binding a role needs the role to exist (the escalation check reads it), so roles and bindings are
+    # applied for real; cluster-scoped ones that did not exist before are removed afterwards.
+    cluster_names = {(o["kind"], o["metadata"]["name"]) for o in rbac if "namespace" not in o["metadata"]}
+    existing = set()
+    for kind, name in cluster_names:
+        if local_cluster.kubectl("get", kind.lower(), name, check=False).returncode == 0:
+            existing.add((kind, name))
+    try:
+        roles = [o for o in rbac if o["kind"] in ("ClusterRole", "Role")]
+        _apply_as_operator(local_cluster, namespace, roles, tmp_path / "roles.yaml", dry_run=False)
+        bindings = [o for o in rbac if o["kind"].endswith("Binding")]
+        _apply_as_operator(local_cluster, namespace, bindings, tmp_path / "bindings.yaml", dry_run=False)
+        rest = [o for o in objects if o["kind"] not in RBAC_KINDS]
+        _apply_as_operator(local_cluster, namespace, rest, tmp_path / "rest.yaml", dry_run=True)
+    finally:
+        for kind, name in sorted(cluster_names - existing):
+            local_cluster.kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
+
+
+def test_installed_rbac_denies_what_the_operator_must_not_do(local_cluster: LocalCluster, installed: str) -> None:
+    namespace = installed
+    assert _can(local_cluster, namespace, "create", "daemonsets", "-n", namespace)
+    assert _can(local_cluster, namespace, "patch", "nodes")
+    assert _can(local_cluster, namespace, "patch", f"namespace/{namespace}")
+    assert not _can(local_cluster, namespace, "get", "secrets", "-n", "kube-system")
+    assert not _can(local_cluster, namespace, "create", "daemonsets", "-n", "kube-system")
+    assert not _can(local_cluster, namespace, "patch", "namespace/kube-system")
+    assert not _can(local_cluster, namespace, "delete", "nodes")
+    assert not _can(local_cluster, namespace, "patch", "clusterroles/cluster-admin")
+    assert not _can(local_cluster, namespace, "create", "customresourcedefinitions")
