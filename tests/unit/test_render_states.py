@@ -195,10 +195,15 @@ def test_device_plugin_and_gfd_get_the_named_configs_and_mig_strategy() -> None:
 
 
 def test_gfd_writes_the_nfd_file_or_labels_the_node() -> None:
-    with_nfd = env(pod(None, "gpu-feature-discovery")["containers"][0])
+    nfd = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", nfd_installed=True)
+    with_nfd = env(pod(None, "gpu-feature-discovery", nfd)["containers"][0])
     assert with_nfd["GFD_OUTPUT_FILE"] == "/etc/kubernetes/node-feature-discovery/features.d/gfd"
-    no_nfd = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=False)
-    assert env(pod(None, "gpu-feature-discovery", no_nfd)["containers"][0])["GFD_LABEL_NODE"] == "true"
+    assert "GFD_LABEL_NODE" not in with_nfd
+    # NFD-style labels alone do not mean an NFD worker reads the feature file: label the Node instead.
+    no_nfd = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
+    without = env(pod(None, "gpu-feature-discovery", no_nfd)["containers"][0])
+    assert without["GFD_LABEL_NODE"] == "true"
+    assert without["GFD_OUTPUT_FILE"] == ""
 
 
 def test_exporter_collectors_service_and_service_monitor() -> None:

@@ -4,6 +4,10 @@ Agents are ``async def main(ctx)`` functions. On a real node the context wraps t
 environment, paths and the in-cluster API; on a simulated node the simulator's ProgramContext
 provides the same attributes per node, so one process runs many agents. Agents never keep module
 state and never import the simulator.
+
+Servers that listen on "all addresses" (exporters) bind ``GPU_OPERATOR_BIND_ADDRESS`` instead when the
+environment sets it: the simulator runs many nodes' pods in one network namespace and gives each pod
+its own loopback address; real pods never set it.
 """
 
 from __future__ import annotations

@@ -86,6 +86,7 @@ async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, pre
         namespace=namespace,
         precompiled=precompiled,
         has_service_monitor_crd=await kube.crd_exists("servicemonitors.monitoring.coreos.com"),
+        nfd_installed=await kube.crd_exists("nodefeatures.nfd.k8s-sigs.io"),
         configmaps=configmaps,
         secrets=secrets,
     )

@@ -42,6 +42,8 @@ EXECUTABLE = "gpu-operator"
 DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 #: The file ``gpu-operator agent`` touches when the program reports Ready (agents/host.py).
 READY_FILE = "/run/gpu-operator-agent.ready"
+#: The driver version installed when the policy names none (the upstream chart's default).
+DEFAULT_DRIVER_VERSION = "595.91.07"
 #: Agents the rendered DaemonSets name that no issue has built yet (sandbox stack, DCGM, MPS, sidecars).
 PLANNED_AGENTS = frozenset(
     {"driver", "driver-manager", "mig-manager", "dcgm", "mps-control-daemon", "nvidia-fs", "gdrcopy", "nvidia-peermem",

@@ -22,7 +22,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_operator.api.components import Probe
-from gpu_operator.render.catalog import DRIVER_MANAGER, DRIVER_SIDECARS, PEERMEM_SIDECAR, READY_FILE, Operand, operand
+from gpu_operator.render.catalog import (
+    DEFAULT_DRIVER_VERSION,
+    DRIVER_MANAGER,
+    DRIVER_SIDECARS,
+    PEERMEM_SIDECAR,
+    READY_FILE,
+    Operand,
+    operand,
+)
 from gpu_operator.render.context import RenderContext
 from gpu_operator.render.driverconfig import DriverConfig
 from gpu_operator.render.images import ImageSource, needs_os_tag, resolve_image
@@ -175,8 +183,10 @@ def driver_daemonset(
     ]
     if cfg.driver_type != "gpu":
         driver_env.append(env("DRIVER_TYPE", cfg.driver_type))
-    if cfg.source.version and not cfg.source.version.startswith("sha256:"):
-        driver_env.append(env("DRIVER_VERSION", cfg.source.version))
+    # The driver program needs a version even when the policy names none: use the chart's default
+    # (an image digest says nothing about the version, so the default applies there too).
+    version = cfg.source.version if cfg.source.version and not cfg.source.version.startswith("sha256:") else ""
+    driver_env.append(env("DRIVER_VERSION", version or DEFAULT_DRIVER_VERSION))
     main = container(
         name=op.container,
         image=image,

@@ -121,6 +121,8 @@ class ClusterFacts:
     os_tag: str | None = None
     kernel_os: Mapping[str, str] = field(default_factory=dict)
     has_service_monitor_crd: bool = False
+    #: NFD itself runs (its NodeFeature CRD exists), so something reads GFD's feature file.
+    nfd_installed: bool = False
     openshift: bool = False
     kubernetes_version: str = ""
     configmaps: frozenset[str] | None = None
@@ -136,6 +138,7 @@ def facts_from_nodes(
     namespace: str,
     precompiled: bool = False,
     has_service_monitor_crd: bool = False,
+    nfd_installed: bool = False,
     kubernetes_version: str = "",
     configmaps: Iterable[str] | None = None,
     secrets: Iterable[str] | None = None,
@@ -163,6 +166,7 @@ def facts_from_nodes(
         os_tag=first.os_tag if first is not None else None,
         kernel_os=kernel_os,
         has_service_monitor_crd=has_service_monitor_crd,
+        nfd_installed=nfd_installed,
         kubernetes_version=kubernetes_version,
         configmaps=frozenset(configmaps) if configmaps is not None else None,
         secrets=frozenset(secrets) if secrets is not None else None,

@@ -195,11 +195,13 @@ def render_gfd(ctx: RenderContext) -> list[JSON]:
     config_env, config_mounts = plugin_config(ctx, volumes)
     envs = [*config_env, env("GFD_SLEEP_INTERVAL", "60s"), env("GFD_FAIL_ON_INIT_ERROR", "true")]
     mounts = [*config_mounts]
-    if ctx.facts.has_nfd_labels:
+    if ctx.facts.nfd_installed:
         envs.append(env("GFD_OUTPUT_FILE", f"{NFD_FEATURES_DIR}/gfd"))
         mounts.append(mount(volumes.host("output-dir", NFD_FEATURES_DIR), NFD_FEATURES_DIR))
     else:
-        # No NFD in the cluster: GFD writes its labels onto the Node itself.
+        # No NFD to read a feature file (NFD-style labels alone do not prove a worker runs):
+        # GFD writes its labels onto the Node itself, as their single writer.
+        envs.append(env("GFD_OUTPUT_FILE", ""))
         envs.append(env("GFD_LABEL_NODE", "true"))
     main = main_container(ctx, op, env_vars=envs, mounts=mounts)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))

@@ -258,6 +258,15 @@ class PodSetup:
         )
 
 
+BIND_ADDRESS_ENV = "GPU_OPERATOR_BIND_ADDRESS"
+
+
+def loopback_for(ip: str) -> str:
+    """A loopback address unique to a simulated pod IP (``10.64.3.7`` -> ``127.64.3.7``)."""
+    parts = ip.split(".")
+    return "127." + ".".join(parts[1:]) if len(parts) == 4 else "127.0.0.1"
+
+
 async def prepare(*, host: PodHost, pod: JSON, uid: str) -> PodSetup:
     """Materialise volumes and resolve every container's env, mounts and device allocations."""
     namespace = pod["metadata"]["namespace"]
@@ -276,7 +285,14 @@ async def prepare(*, host: PodHost, pod: JSON, uid: str) -> PodSetup:
     devices: dict[str, tuple[ContainerAllocation, ...]] = {}
     for spec in containers(pod):
         allocations = tuple(host.devices.allocations(pod_uid=uid, container=spec.name))
-        base = {**host.service_env(), "HOSTNAME": host.name if host_network else pod["metadata"]["name"]}
+        base = {
+            **host.service_env(),
+            "HOSTNAME": host.name if host_network else pod["metadata"]["name"],
+            # Every simulated pod shares this machine's network: servers that listen on "all addresses"
+            # bind the pod's own loopback address instead (127.x.y.z mirrors its pod IP), so two nodes'
+            # exporters can both listen on :9400.
+            BIND_ADDRESS_ENV: loopback_for(pod_ip),
+        }
         for allocation in allocations:
             base.update(allocation.envs)
         try:

@@ -67,6 +67,7 @@ class Settings:
     def from_context(cls, ctx: AgentContext) -> Settings:
         env = ctx.env
         host, port = parse_listen(env.get("DCGM_EXPORTER_LISTEN") or DEFAULT_LISTEN)
+        host = host or env.get("GPU_OPERATOR_BIND_ADDRESS", "")  # see agents/runtime.py
         raw = env.get("DCGM_EXPORTER_INTERVAL") or str(DEFAULT_INTERVAL_MS)
         if not raw.isdigit() or int(raw) <= 0:
             raise ValueError(f"DCGM_EXPORTER_INTERVAL: expected milliseconds > 0, got {raw!r}")

@@ -61,6 +61,7 @@ class NodeStatusExporter:
         self.ctx = ctx
         listen = env.get("NODE_STATUS_EXPORTER_LISTEN") or f":{env.get('METRICS_PORT') or DEFAULT_PORT}"
         host, port = parse_listen(listen, variable="NODE_STATUS_EXPORTER_LISTEN/METRICS_PORT")
+        host = host or env.get("GPU_OPERATOR_BIND_ADDRESS", "")  # see agents/runtime.py
         raw = env.get("SLEEP_INTERVAL_SECONDS") or "5"
         try:
             self.interval = float(raw)

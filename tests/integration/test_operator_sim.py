@@ -1,0 +1,197 @@
+"""The operator end to end on the real control plane with simulated GPU nodes.
+
+A ClusterPolicy brings every enabled state to ready on 4 nodes (two GPU profiles, one MIG-capable,
+one CPU-only that gets no operand); a user's ``gpu.deploy.dcgm-exporter=false`` removes that operand
+from one node only; a spec change reaches the DaemonSet and the policy comes back to ready; disabling
+a state prunes its objects; a second policy is ignored; deleting the policy removes what it created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient, Client, KubeConfig, codecs
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from gpu_operator.kube.api import ClusterPolicyResource
+from gpu_operator.kube.crds import install_crds
+from gpu_operator.localcluster.cluster import LocalCluster
+from gpu_operator.localcluster.waiting import wait_for
+from gpu_operator.reconcile.operator import Operator
+from gpu_operator.render import OperatorSettings
+from gpu_operator.sim.agents import agent_registry
+from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
+
+pytestmark = pytest.mark.integration
+
+JSON = dict[str, Any]
+
+
+class OperatorThread:
+    """The operator's asyncio loop in a thread, as in its own process."""
+
+    def __init__(self, *, cluster: LocalCluster, namespace: str) -> None:
+        self.cluster, self.namespace = cluster, namespace
+        self.loop = asyncio.new_event_loop()
+        self.stop = asyncio.Event()
+        self.operator: Operator | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            client = AsyncClient(
+                config=KubeConfig.from_file(self.cluster.kubeconfig_path), field_manager="gpu-operator"
+            )
+            self.operator = Operator(client=client, namespace=self.namespace, settings=OperatorSettings())
+            try:
+                await self.operator.run(stop=self.stop, leader_election=True)
+            finally:
+                await client.close()
+
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(main())
+
+    def __enter__(self) -> OperatorThread:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture
+def operator(local_cluster: LocalCluster, client: Client, namespace: str) -> Iterator[OperatorThread]:
+    install_crds(client=client)
+    with OperatorThread(cluster=local_cluster, namespace=namespace) as op:
+        yield op
+    for policy in client.list(ClusterPolicyResource):
+        client.delete(ClusterPolicyResource, str(policy.metadata.name))  # type: ignore[union-attr]
+
+
+def _policy(name: str, spec: JSON) -> Any:
+    return codecs.from_dict(
+        {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": name}, "spec": spec}
+    )
+
+
+def _state(client: Client, name: str) -> str | None:
+    obj: JSON = client.get(ClusterPolicyResource, name).to_dict()  # type: ignore[no-untyped-call]
+    status = obj.get("status") or {}
+    return status.get("state")
+
+
+def _desired(client: Client, name: str, namespace: str) -> int | None:
+    try:
+        ds = client.get(DaemonSet, name, namespace=namespace).to_dict()
+    except Exception:
+        return None
+    return int((ds.get("status") or {}).get("desiredNumberScheduled", 0))
+
+
+@pytest.mark.timeout(420)
+def test_policy_to_ready_nodes_and_back(
+    client: Client,
+    namespace: str,
+    operator: OperatorThread,
+    sim_nodes: SimNodesFactory,
+    sim_program: SimProgramFactory,
+) -> None:
+    registry = agent_registry()
+    for name in (
+        "device-plugin",
+        "feature-discovery",
+        "exporter",
+        "validator",
+        "node-status-exporter",
+        "toolkit",
+        "mig-manager",
+        "driver-manager",
+        "driver",
+    ):
+        spec = registry.get(name)
+        assert spec is not None
+        sim_program(name, spec.entrypoint)
+    dgx, l4, a100, cpu = sim_nodes("dgx-h100:1,pcie-l4:1,a100-mig:1,cpu-only:1")
+    gpu_nodes = {dgx, l4, a100}
+    # As the Helm chart's values do: the exporter embeds the host engine, no standalone DCGM.
+    client.create(_policy("cluster-policy", {"dcgm": {"enabled": False}}))
+
+    wait_for(lambda: _state(client, "cluster-policy") == "ready", timeout=240, describe="ClusterPolicy ready")
+    policy: JSON = client.get(ClusterPolicyResource, "cluster-policy").to_dict()  # type: ignore[no-untyped-call]
+    ready = next(c for c in policy["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Reconciled")
+    assert ready["observedGeneration"] == policy["metadata"]["generation"]
+    assert policy["status"]["namespace"] == namespace
+    for ds in (
+        "nvidia-device-plugin-daemonset",
+        "gpu-feature-discovery",
+        "nvidia-dcgm-exporter",
+        "nvidia-operator-validator",
+        "nvidia-container-toolkit-daemonset",
+        "nvidia-driver-daemonset",
+    ):
+        assert _desired(client, ds, namespace) == 3, ds
+    assert _desired(client, "nvidia-mig-manager", namespace) == 2  # H100 and A100 are MIG-capable, L4 is not
+    on_cpu = [p for p in client.list(Pod, namespace=namespace) if p.spec and p.spec.nodeName == cpu]
+    assert on_cpu == []
+    assert client.get(Node, cpu).metadata.labels.get("nvidia.com/gpu.deploy.driver") is None  # type: ignore[union-attr]
+    for node in gpu_nodes:
+        assert client.get(Node, node).status.allocatable  # type: ignore[union-attr]
+
+    # A user's opt-out removes one operand from one node only.
+    client.patch(Node, l4, {"metadata": {"labels": {"nvidia.com/gpu.deploy.dcgm-exporter": "false"}}})
+    wait_for(lambda: _desired(client, "nvidia-dcgm-exporter", namespace) == 2, timeout=30, describe="exporter on 2")
+    assert _desired(client, "nvidia-device-plugin-daemonset", namespace) == 3
+
+    # A spec change reaches the DaemonSet; the policy passes through notReady back to ready.
+    image = "registry.example.internal/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless"
+    client.patch(
+        ClusterPolicyResource,
+        "cluster-policy",
+        {
+            "spec": {
+                "dcgmExporter": {
+                    "repository": "registry.example.internal/nvidia/k8s",
+                    "image": "dcgm-exporter",
+                    "version": "4.6.0-4.8.3-distroless",
+                }
+            }
+        },
+        patch_type=PatchType.MERGE,
+    )
+
+    def exporter_image() -> str:
+        ds = client.get(DaemonSet, "nvidia-dcgm-exporter", namespace=namespace).to_dict()
+        return str(ds["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    wait_for(lambda: exporter_image() == image, timeout=30, describe="new exporter image on the DaemonSet")
+    wait_for(lambda: _state(client, "cluster-policy") == "ready", timeout=120, describe="ready after the change")
+
+    # Disabling a state prunes its objects.
+    client.patch(
+        ClusterPolicyResource,
+        "cluster-policy",
+        {"spec": {"gfd": {"enabled": False}}},
+        patch_type=PatchType.MERGE,
+    )
+    wait_for(lambda: _desired(client, "gpu-feature-discovery", namespace) is None, timeout=30, describe="GFD pruned")
+
+    # A second policy is ignored.
+    client.create(_policy("second-policy", {}))
+    wait_for(lambda: _state(client, "second-policy") == "ignored", timeout=30, describe="second policy ignored")
+    client.delete(ClusterPolicyResource, "second-policy")
+
+    # Deleting the policy removes what it created (owner references, the real garbage collector).
+    client.delete(ClusterPolicyResource, "cluster-policy")
+    wait_for(
+        lambda: _desired(client, "nvidia-device-plugin-daemonset", namespace) is None,
+        timeout=60,
+        describe="operands garbage-collected",
+    )
