@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient, Client, KubeConfig, codecs
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
 from gpu_operator.kube.api import ClusterPolicyResource
@@ -121,7 +121,7 @@ def test_policy_to_ready_nodes_and_back(
     dgx, l4, a100, cpu = sim_nodes("dgx-h100:1,pcie-l4:1,a100-mig:1,cpu-only:1")
     gpu_nodes = {dgx, l4, a100}
     # As the Helm chart's values do: the exporter embeds the host engine, no standalone DCGM.
-    client.create(_policy("cluster-policy", {"dcgm": {"enabled": False}}))
+    client.create(_policy("cluster-policy", {"dcgm": {"enabled": False}, "psa": {"enabled": True}}))
 
     wait_for(lambda: _state(client, "cluster-policy") == "ready", timeout=240, describe="ClusterPolicy ready")
     policy: JSON = client.get(ClusterPolicyResource, "cluster-policy").to_dict()  # type: ignore[no-untyped-call]
@@ -129,6 +129,8 @@ def test_policy_to_ready_nodes_and_back(
     assert (ready["status"], ready["reason"]) == ("True", "Reconciled")
     assert ready["observedGeneration"] == policy["metadata"]["generation"]
     assert policy["status"]["namespace"] == namespace
+    ns_labels = client.get(Namespace, namespace).metadata.labels or {}  # type: ignore[union-attr]
+    assert ns_labels.get("pod-security.kubernetes.io/enforce") == "privileged"
     for ds in (
         "nvidia-device-plugin-daemonset",
         "gpu-feature-discovery",

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.api.defaults import is_enabled
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.reconcile.nodelabels import label_changes
 from gpu_operator.render import (
@@ -76,6 +77,21 @@ async def label_nodes(kube: Kube, *, nodes: Sequence[JSON], policy: ClusterPolic
                     labels[key] = value
             patched += 1
     return patched
+
+
+PSA_LABELS = {f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")}
+
+
+async def label_namespace(kube: Kube, *, namespace: str, policy: ClusterPolicy) -> bool:
+    """With ``psa.enabled``, let the privileged operands run in the operator namespace (upstream's rule)."""
+    if not is_enabled(policy.spec, section="psa"):
+        return False
+    ns = await kube.get("v1", "Namespace", namespace)
+    current = ((ns or {}).get("metadata") or {}).get("labels") or {}
+    missing = {k: v for k, v in PSA_LABELS.items() if current.get(k) != v}
+    if missing:
+        await kube.patch_labels("v1", "Namespace", namespace, missing)
+    return bool(missing)
 
 
 async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, precompiled: bool) -> ClusterFacts:
@@ -158,6 +174,7 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
         policy = ClusterPolicy.model_validate(active)
         nodes = await kube.list_objects("v1", "Node")
         labelled = await label_nodes(kube, nodes=nodes, policy=policy)
+        await label_namespace(kube, namespace=namespace, policy=policy)
         facts = await gather_facts(
             kube, nodes=nodes, namespace=namespace, precompiled=bool(policy.spec.driver.use_precompiled)
         )
