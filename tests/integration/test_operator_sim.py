@@ -55,7 +55,11 @@ class OperatorThread:
                 await client.close()
 
         asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(main())
+        try:
+            self.loop.run_until_complete(main())
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        finally:
+            self.loop.close()  # an unclosed loop leaks its self-pipe sockets into a later test's teardown
 
     def __enter__(self) -> OperatorThread:
         self.thread.start()

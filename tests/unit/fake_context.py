@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpu_operator.gpu.backend import GpuBackend
 
@@ -14,6 +15,10 @@ from gpu_operator.gpu.backend import GpuBackend
 class FakeNode:
     values: dict[str, str] = field(default_factory=dict)
     patches: int = 0
+    features: list[dict[str, Any]] = field(default_factory=list)
+
+    async def apply_node_feature(self, body: Mapping[str, Any]) -> None:
+        self.features.append(dict(body))
 
     async def labels(self) -> dict[str, str]:
         return dict(self.values)

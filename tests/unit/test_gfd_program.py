@@ -87,3 +87,21 @@ def test_parse_interval(text: str, seconds: float | None) -> None:
 def test_parse_interval_rejects_garbage() -> None:
     with pytest.raises(ValueError, match="GFD_SLEEP_INTERVAL"):
         program.parse_interval("soon")
+
+
+def test_node_feature_output_written_only_on_change(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, GFD_USE_NODE_FEATURE_API="true", NAMESPACE="gpu-operator", GFD_NO_TIMESTAMP="")
+    configs = NamedConfigs(ctx)
+    asyncio.run(program.publish_once(ctx, configs=configs))
+    asyncio.run(program.publish_once(ctx, configs=configs))
+    assert ctx.node is not None
+    (feature,) = ctx.node.features  # the second pass changed nothing (the timestamp does not count)
+    assert feature["metadata"] == {
+        "name": "nvidia-features-for-node-a",
+        "namespace": "gpu-operator",
+        "labels": {"nfd.node.kubernetes.io/node-name": "node-a"},
+    }
+    assert feature["spec"]["labels"]["nvidia.com/gpu.count"] == "2"
+    assert "nvidia.com/gfd.timestamp" not in feature["spec"]["labels"]
+    assert ctx.node.patches == 0
+    assert not ctx.path(ctx.env["GFD_OUTPUT_FILE"]).exists()

@@ -48,6 +48,14 @@ class LightkubeNode:
         # A merge patch: null removes a label, other labels on the node stay untouched.
         await self._api().patch(Node, self.name, {"metadata": {"labels": dict(changes)}})
 
+    async def apply_node_feature(self, body: Mapping[str, Any]) -> None:
+        """Server-side apply of GFD's NFD NodeFeature object."""
+        from lightkube import codecs  # noqa: PLC0415
+        from lightkube.generic_resource import create_namespaced_resource  # noqa: PLC0415
+
+        create_namespaced_resource("nfd.k8s-sigs.io", "v1alpha1", "NodeFeature", "nodefeatures")
+        await self._api().apply(codecs.from_dict(dict(body)), field_manager=FIELD_MANAGER, force=True)
+
 
 @dataclass
 class HostContext:

@@ -24,11 +24,12 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from gpu_operator.agents.drivermanager.cluster import NodeCluster
 from gpu_operator.gpu.backend import GpuBackend
 from gpu_operator.kubelet.allocation import ContainerAllocation
-from gpu_operator.sim.apiclient import ApiClient
+from gpu_operator.sim.apiclient import ApiClient, ApiError
 
 
 class InjectedCrashError(RuntimeError):
@@ -110,6 +111,19 @@ class NodeLabels:
     async def patch_labels(self, changes: Mapping[str, str | None]) -> None:
         # A merge patch: null removes a label, the node's other labels stay.
         await self._api.patch(f"/api/v1/nodes/{self.name}", {"metadata": {"labels": dict(changes)}})
+
+    async def apply_node_feature(self, body: Mapping[str, Any]) -> None:
+        """Create or update an NFD NodeFeature (GFD's NodeFeature output)."""
+        meta = body["metadata"]
+        base = f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{meta['namespace']}/nodefeatures"
+        try:
+            await self._api.patch(
+                f"{base}/{meta['name']}", {"metadata": {"labels": meta["labels"]}, "spec": body["spec"]}
+            )
+        except ApiError as error:
+            if error.code != 404:
+                raise
+            await self._api.post(base, dict(body), want=False)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,6 +24,7 @@ class NamedConfigs:
 
     def __init__(self, ctx: AgentContext) -> None:
         self.ctx = ctx
+        self.last_feature: dict[str, object] | None = None  # GFD's last NodeFeature, to skip no-op writes
 
     async def _selected(self) -> Path | None:
         env = self.ctx.env

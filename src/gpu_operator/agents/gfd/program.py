@@ -2,8 +2,9 @@
 
 Output, chosen by the environment: ``GFD_OUTPUT_FILE`` (an NFD local feature file, ``key=value``
 lines, written atomically) and/or the Node's own labels when ``GFD_LABEL_NODE`` is true (used where
-NFD is not installed; stale GFD labels are removed, other labels are never touched). The interval
-is ``GFD_SLEEP_INTERVAL`` (``60s`` default, ``infinite`` = once); ``GFD_ONESHOT`` runs once.
+NFD is not installed; stale GFD labels are removed, other labels are never touched). With
+``GFD_USE_NODE_FEATURE_API`` the labels go into an NFD NodeFeature object instead (``nodefeature``).
+The interval is ``GFD_SLEEP_INTERVAL`` (``60s`` default, ``infinite`` = once); ``GFD_ONESHOT`` runs once.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from gpu_operator.agents.deviceplugin.config import ConfigError, Settings
 from gpu_operator.agents.deviceplugin.program import NamedConfigs
 from gpu_operator.agents.gfd.labels import NodeView, compute_labels, stale_keys
+from gpu_operator.agents.gfd.nodefeature import NodeFeatureAccess, node_feature, use_node_feature_api
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.gpu.backend import GpuBackend, GpuError
 
@@ -69,6 +71,10 @@ def write_feature_file(path: Path, labels: Mapping[str, str]) -> None:
     tmp.replace(path)
 
 
+def _without_timestamp(labels: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k != "nvidia.com/gfd.timestamp"}
+
+
 async def publish_once(ctx: AgentContext, *, configs: NamedConfigs) -> dict[str, str]:
     """Compute the labels and write them everywhere configured; returns them."""
     env = ctx.env
@@ -78,6 +84,15 @@ async def publish_once(ctx: AgentContext, *, configs: NamedConfigs) -> dict[str,
     stamp = None if _true(env.get("GFD_NO_TIMESTAMP")) else int(time.time())
     view = await asyncio.to_thread(node_view, backend=ctx.gpu, settings=settings, machine=machine, timestamp=stamp)
     labels = compute_labels(view)
+    if use_node_feature_api(env):
+        if not isinstance(ctx.node, NodeFeatureAccess):
+            raise ConfigError("GFD_USE_NODE_FEATURE_API is set but this context cannot write NodeFeature objects")
+        namespace = env.get("NAMESPACE") or env.get("OPERATOR_NAMESPACE") or "default"
+        body = node_feature(node=ctx.node_name, namespace=namespace, labels=_without_timestamp(labels))
+        if body != configs.last_feature:  # written only when the labels change
+            await ctx.node.apply_node_feature(body)
+            configs.last_feature = body
+        return labels
     output = env.get("GFD_OUTPUT_FILE", DEFAULT_OUTPUT)
     if output:
         await asyncio.to_thread(write_feature_file, ctx.path(output), labels)
