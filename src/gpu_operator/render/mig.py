@@ -13,6 +13,7 @@ from __future__ import annotations
 from gpu_operator.render.catalog import operand
 from gpu_operator.render.context import RenderContext
 from gpu_operator.render.meta import JSON, config_map
+from gpu_operator.render.migconfigs import default_yaml
 from gpu_operator.render.operands import main_container, pod, waiting
 from gpu_operator.render.pods import Volumes, daemonset, env, host_root_mounts, mount
 from gpu_operator.render.rbac import operand_rbac
@@ -21,29 +22,6 @@ DEFAULT_CONFIG = "default-mig-parted-config"
 DEFAULT_CLIENTS = "default-gpu-clients"
 CONFIG_DIR = "/mig-parted-config"
 CLIENTS_DIR = "/gpu-clients"
-
-_A100_40 = "0x20B010DE,0x20B110DE,0x20F110DE"
-_80GB = "0x20B210DE,0x20B510DE,0x20F310DE,0x20F510DE,0x233010DE,0x233110DE,0x232210DE,0x233910DE"
-
-
-def _uniform(profile_40: str, count_40: int, profile_80: str, count_80: int) -> str:
-    return (
-        f"    - device-filter: [{_A100_40}]\n      devices: all\n      mig-enabled: true\n"
-        f'      mig-devices:\n        "{profile_40}": {count_40}\n'
-        f"    - device-filter: [{_80GB}]\n      devices: all\n      mig-enabled: true\n"
-        f'      mig-devices:\n        "{profile_80}": {count_80}\n'
-    )
-
-
-DEFAULT_MIG_LAYOUTS = (
-    "version: v1\n"
-    "mig-configs:\n"
-    "  all-disabled:\n    - devices: all\n      mig-enabled: false\n"
-    "  all-enabled:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {}\n"
-    f"  all-1g:\n{_uniform('1g.5gb', 7, '1g.10gb', 7)}"
-    f"  all-3g:\n{_uniform('3g.20gb', 2, '3g.40gb', 2)}"
-    f"  all-7g:\n{_uniform('7g.40gb', 1, '7g.80gb', 1)}"
-)
 
 DEFAULT_GPU_CLIENTS = (
     "version: v1\n"
@@ -68,7 +46,7 @@ def render_mig_manager(ctx: RenderContext) -> list[JSON]:
     volumes = Volumes()
     custom = ctx.require("ConfigMap", spec.config.name if spec.config else None, field="spec.migManager.config.name")
     if custom is None:
-        objects.append(config_map(DEFAULT_CONFIG, state=state, namespace=ns, data={"config.yaml": DEFAULT_MIG_LAYOUTS}))
+        objects.append(config_map(DEFAULT_CONFIG, state=state, namespace=ns, data={"config.yaml": default_yaml()}))
     clients_ref = spec.gpu_clients_config.name if spec.gpu_clients_config else None
     clients = ctx.require("ConfigMap", clients_ref, field="spec.migManager.gpuClientsConfig.name")
     if clients is None:
