@@ -17,6 +17,8 @@ from typing import Any
 
 import grpc
 
+from gpu_operator.agents.deviceplugin.health import DEFAULT_IGNORED_XIDS
+from gpu_operator.agents.deviceplugin.response import CDI_KIND
 from gpu_operator.gpu.backend import GpuBackend
 from gpu_operator.kubelet.allocation import ContainerAllocation, PluginDevice, allocation_to_pb, devices_to_pb
 from gpu_operator.kubelet.api.deviceplugin.v1beta1 import deviceplugin_pb2 as dp
@@ -26,9 +28,6 @@ from gpu_operator.kubelet.registration import register
 
 RESOURCE = "nvidia.com/gpu"
 SOCKET_NAME = "nvidia-gpu.sock"
-CDI_KIND = "k8s.device-plugin.nvidia.com/gpu"
-#: Application errors the NVIDIA plugin ignores by default.
-IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 _grpc_api: Any = dp_grpc
 
 
@@ -51,7 +50,7 @@ class SimGpuPlugin(dp_grpc.DevicePluginServicer):
         """Apply the backend's pending health events; True when a device's health changed."""
         before = set(self._unhealthy)
         for event in self._backend.wait_health_events(timeout=0):
-            if event.lost or (event.xid is not None and event.xid not in IGNORED_XIDS):
+            if event.lost or (event.xid is not None and event.xid not in DEFAULT_IGNORED_XIDS):
                 self._unhealthy.add(event.uuid)
             elif event.recovered:
                 self._unhealthy.discard(event.uuid)
