@@ -180,6 +180,31 @@ def test_policy_to_ready_nodes_and_back(
     wait_for(lambda: exporter_image() == image, timeout=30, describe="new exporter image on the DaemonSet")
     wait_for(lambda: _state(client, "cluster-policy") == "ready", timeout=120, describe="ready after the change")
 
+    # A valid but impossible policy (a ConfigMap it names does not exist) says so in its status.
+    client.patch(
+        ClusterPolicyResource,
+        "cluster-policy",
+        {"spec": {"devicePlugin": {"config": {"name": "no-such-configmap", "default": "any"}}}},
+        patch_type=PatchType.MERGE,
+    )
+
+    def error_message() -> str | None:
+        obj: JSON = client.get(ClusterPolicyResource, "cluster-policy").to_dict()  # type: ignore[no-untyped-call]
+        status = obj.get("status") or {}
+        error: JSON = next((c for c in status.get("conditions", []) if c["type"] == "Error"), {})
+        text = str(error.get("message", ""))
+        return text if status.get("state") == "notReady" and "no-such-configmap" in text else None
+
+    message = wait_for(error_message, timeout=30, describe="notReady naming the missing ConfigMap")
+    assert "state-device-plugin" in message
+    client.patch(
+        ClusterPolicyResource,
+        "cluster-policy",
+        {"spec": {"devicePlugin": {"config": None}}},
+        patch_type=PatchType.MERGE,
+    )
+    wait_for(lambda: _state(client, "cluster-policy") == "ready", timeout=120, describe="ready again")
+
     # Disabling a state prunes its objects.
     client.patch(
         ClusterPolicyResource,
