@@ -34,13 +34,13 @@ JSON = dict[str, Any]
 
 
 class OperatorThread:
-    """The operator's asyncio loop in a thread, as in its own process."""
+    """The operator's asyncio loop in a thread, as in its own process; ``restart()`` replaces the process."""
 
     def __init__(self, *, cluster: LocalCluster, namespace: str) -> None:
         self.cluster, self.namespace = cluster, namespace
+        self.operator: Operator | None = None
         self.loop = asyncio.new_event_loop()
         self.stop = asyncio.Event()
-        self.operator: Operator | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -61,13 +61,28 @@ class OperatorThread:
         finally:
             self.loop.close()  # an unclosed loop leaks its self-pipe sockets into a later test's teardown
 
-    def __enter__(self) -> OperatorThread:
+    def start(self) -> None:
         self.thread.start()
+
+    def shutdown(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(timeout=30)
+
+    def restart(self) -> None:
+        """Stop this operator (releasing its Lease) and start a fresh one with no memory of the old."""
+        self.shutdown()
+        self.operator = None
+        self.loop = asyncio.new_event_loop()
+        self.stop = asyncio.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.start()
+
+    def __enter__(self) -> OperatorThread:
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self.stop.set)
-        self.thread.join(timeout=30)
+        self.shutdown()
 
 
 @pytest.fixture
@@ -150,6 +165,26 @@ def test_policy_to_ready_nodes_and_back(
     assert client.get(Node, cpu).metadata.labels.get("nvidia.com/gpu.deploy.driver") is None  # type: ignore[union-attr]
     for node in gpu_nodes:
         assert client.get(Node, node).status.allocatable  # type: ignore[union-attr]
+
+    # Restarting the operator (a new process would do the same) converges without touching operands.
+    def operand_pods() -> dict[str, str]:
+        pods = [p.to_dict() for p in client.list(Pod, namespace=namespace)]
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+
+    def generations() -> dict[str, int]:
+        sets = [d.to_dict() for d in client.list(DaemonSet, namespace=namespace)]
+        return {d["metadata"]["name"]: int(d["metadata"].get("generation", 0)) for d in sets}
+
+    pods_before, generations_before = operand_pods(), generations()
+    operator.restart()
+    wait_for(
+        lambda: operator.operator is not None and operator.operator.passes >= 2,
+        timeout=60,
+        describe="two passes of the restarted operator",
+    )
+    assert _state(client, "cluster-policy") == "ready"
+    assert operand_pods() == pods_before
+    assert generations() == generations_before
 
     # A user's opt-out removes one operand from one node only.
     client.patch(Node, l4, {"metadata": {"labels": {"nvidia.com/gpu.deploy.dcgm-exporter": "false"}}})
