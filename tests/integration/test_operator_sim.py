@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient, Client, KubeConfig, codecs
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.core_v1 import Event, Namespace, Node, Pod
 from lightkube.types import PatchType
 
 from gpu_operator.kube.api import ClusterPolicyResource
@@ -148,6 +148,10 @@ def test_policy_to_ready_nodes_and_back(
     assert (ready["status"], ready["reason"]) == ("True", "Reconciled")
     assert ready["observedGeneration"] == policy["metadata"]["generation"]
     assert policy["status"]["namespace"] == namespace
+    events = [
+        e.to_dict() for e in client.list(Event, namespace="default", fields={"involvedObject.name": "cluster-policy"})
+    ]
+    assert "Reconciled" in {e["reason"] for e in events}  # the transition to ready was recorded
     ns_labels = client.get(Namespace, namespace).metadata.labels or {}  # type: ignore[union-attr]
     assert ns_labels.get("pod-security.kubernetes.io/enforce") == "privileged"
     for ds in (
@@ -252,6 +256,8 @@ def test_policy_to_ready_nodes_and_back(
     # A second policy is ignored.
     client.create(_policy("second-policy", {}))
     wait_for(lambda: _state(client, "second-policy") == "ignored", timeout=30, describe="second policy ignored")
+    ignored = client.list(Event, namespace="default", fields={"involvedObject.name": "second-policy"})
+    assert [e.reason for e in ignored] == ["Ignored"]
     client.delete(ClusterPolicyResource, "second-policy")
 
     # Deleting the policy removes what it created (owner references, the real garbage collector).

@@ -8,6 +8,7 @@ so the reconciler never touches typed models. Writes use server-side apply (fiel
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -99,6 +100,34 @@ class Kube:
         await self.client.patch(
             resource(api_version, kind), name, {"metadata": {"labels": dict(labels)}}, patch_type=PatchType.MERGE
         )
+
+    async def event(
+        self, *, involved: Mapping[str, Any], reason: str, message: str, warning: bool = False, namespace: str
+    ) -> None:
+        """Record a Kubernetes Event about ``involved`` (shown by ``kubectl describe``)."""
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta = involved["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "name": meta["name"],
+                "uid": meta.get("uid", ""),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": self.field_manager},
+            "reportingComponent": self.field_manager,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self.requests += 1
+        await self.client.create(codecs.from_dict(body))
 
     async def crd_exists(self, name: str) -> bool:
         return await self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) is not None

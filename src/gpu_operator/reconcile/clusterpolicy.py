@@ -39,6 +39,8 @@ from gpu_operator.render.status import Status, ignored_status, policy_status, st
 log = logging.getLogger(__name__)
 STATE_LABEL = "nvidia.com/gpu-operator.state"
 CP = ("nvidia.com/v1", "ClusterPolicy")
+#: Events about cluster-scoped objects go to "default", where `kubectl describe` looks for them.
+EVENT_NAMESPACE = "default"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,6 +168,9 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
         is_other = active is not None and other["metadata"]["name"] != active["metadata"]["name"]
         if is_other and (other.get("status") or {}).get("state") != "ignored":
             await kube.patch_status(*CP, other["metadata"]["name"], ignored_status().as_status(namespace=namespace))
+            assert active is not None
+            message = f"another ClusterPolicy ({active['metadata']['name']}) is older and active; this one is ignored"
+            await kube.event(involved=other, reason="Ignored", message=message, warning=True, namespace=EVENT_NAMESPACE)
     if active is None:
         return Outcome(policy=None, status=None)
     name, generation = active["metadata"]["name"], int(active["metadata"].get("generation", 1))
@@ -189,6 +194,22 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
             previous=previous, failure=("policy", str(exc).splitlines()[0] if str(exc) else repr(exc)),
         )  # fmt: skip
         await kube.patch_status(*CP, name, status.as_status(namespace=namespace))
+        await _transition_event(kube, policy=active, status=status)
         return Outcome(policy=name, status=status)
     await kube.patch_status(*CP, name, status.as_status(namespace=namespace))
+    await _transition_event(kube, policy=active, status=status)
     return Outcome(policy=name, status=status, applied=applied, pruned=pruned, labelled=labelled)
+
+
+async def _transition_event(kube: Kube, *, policy: JSON, status: Status) -> None:
+    """An Event when the policy's state changes (not on every pass: Events are for transitions)."""
+    before = (policy.get("status") or {}).get("state")
+    if before == status.state:
+        return
+    condition = next(
+        (c for c in status.conditions if c.get("type") == ("Ready" if status.state == "ready" else "Error")), {}
+    )
+    reason = str(condition.get("reason") or status.state)
+    message = str(condition.get("message") or f"ClusterPolicy is {status.state}")
+    warning = status.state != "ready"
+    await kube.event(involved=policy, reason=reason, message=message, warning=warning, namespace=EVENT_NAMESPACE)
