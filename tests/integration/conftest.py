@@ -103,4 +103,6 @@ def fake_node(local_cluster: LocalCluster) -> Iterator[FakeNodeFactory]:
 
 
 # Simulated GPU nodes: ``simulator``, ``sim_nodes``, ``sim_program`` (see tests/integration/conftest_sim.py).
+# The operator in a thread: ``operator`` (see tests/integration/conftest_operator.py).
+from tests.integration.conftest_operator import operator  # noqa: E402, F401
 from tests.integration.conftest_sim import sim_nodes, sim_program, simulator  # noqa: E402, F401

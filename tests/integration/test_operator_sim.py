@@ -8,90 +8,23 @@ a state prunes its objects; a second policy is ignored; deleting the policy remo
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient, Client, KubeConfig, codecs
+from lightkube import Client, codecs
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Namespace, Node, Pod
 from lightkube.types import PatchType
 
 from gpu_operator.kube.api import ClusterPolicyResource
-from gpu_operator.kube.crds import install_crds
-from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.reconcile.operator import Operator
-from gpu_operator.render import OperatorSettings
 from gpu_operator.sim.agents import agent_registry
+from tests.integration.conftest_operator import OperatorThread
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
 pytestmark = pytest.mark.integration
 
 JSON = dict[str, Any]
-
-
-class OperatorThread:
-    """The operator's asyncio loop in a thread, as in its own process; ``restart()`` replaces the process."""
-
-    def __init__(self, *, cluster: LocalCluster, namespace: str) -> None:
-        self.cluster, self.namespace = cluster, namespace
-        self.operator: Operator | None = None
-        self.loop = asyncio.new_event_loop()
-        self.stop = asyncio.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        async def main() -> None:
-            client = AsyncClient(
-                config=KubeConfig.from_file(self.cluster.kubeconfig_path), field_manager="gpu-operator"
-            )
-            self.operator = Operator(client=client, namespace=self.namespace, settings=OperatorSettings())
-            try:
-                await self.operator.run(stop=self.stop, leader_election=True)
-            finally:
-                await client.close()
-
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_until_complete(main())
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        finally:
-            self.loop.close()  # an unclosed loop leaks its self-pipe sockets into a later test's teardown
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def shutdown(self) -> None:
-        self.loop.call_soon_threadsafe(self.stop.set)
-        self.thread.join(timeout=30)
-
-    def restart(self) -> None:
-        """Stop this operator (releasing its Lease) and start a fresh one with no memory of the old."""
-        self.shutdown()
-        self.operator = None
-        self.loop = asyncio.new_event_loop()
-        self.stop = asyncio.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.start()
-
-    def __enter__(self) -> OperatorThread:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-
-@pytest.fixture
-def operator(local_cluster: LocalCluster, client: Client, namespace: str) -> Iterator[OperatorThread]:
-    install_crds(client=client)
-    with OperatorThread(cluster=local_cluster, namespace=namespace) as op:
-        yield op
-    for policy in client.list(ClusterPolicyResource):
-        client.delete(ClusterPolicyResource, str(policy.metadata.name))  # type: ignore[union-attr]
 
 
 def _policy(name: str, spec: JSON) -> Any:

@@ -22,6 +22,7 @@ from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.reconcile.nodelabels import label_changes
+from gpu_operator.reconcile.nvidiadriver import reconcile_drivers
 from gpu_operator.render import (
     PRUNE_KINDS,
     ClusterFacts,
@@ -172,6 +173,10 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
             message = f"another ClusterPolicy ({active['metadata']['name']}) is older and active; this one is ignored"
             await kube.event(involved=other, reason="Ignored", message=message, warning=True, namespace=EVENT_NAMESPACE)
     if active is None:
+        # No ClusterPolicy: NVIDIADriver resources alone manage drivers (if there are any).
+        nodes = await kube.list_objects("v1", "Node")
+        facts = await gather_facts(kube, nodes=nodes, namespace=namespace, precompiled=False)
+        await reconcile_drivers(kube, namespace=namespace, operator=operator, policy=None, nodes=nodes, facts=facts)
         return Outcome(policy=None, status=None)
     name, generation = active["metadata"]["name"], int(active["metadata"].get("generation", 1))
     previous = (active.get("status") or {}).get("conditions") or []
@@ -185,6 +190,9 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
         )
         states = render(policy, facts, operator=operator)
         applied, pruned = await converge(kube, states=states, owner=active, namespace=namespace)
+        applied += await reconcile_drivers(
+            kube, namespace=namespace, operator=operator, policy=policy, nodes=nodes, facts=facts
+        )
         results = await readiness(kube, states=states, namespace=namespace)
         status = policy_status(results=results, facts=facts, generation=generation, now=_now(), previous=previous)
     except (ValidationError, RenderError) as exc:

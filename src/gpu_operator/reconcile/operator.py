@@ -23,7 +23,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node
 
-from gpu_operator.kube.api import ClusterPolicyResource, Kube
+from gpu_operator.kube.api import ClusterPolicyResource, Kube, NVIDIADriverResource
 from gpu_operator.reconcile.clusterpolicy import Outcome, reconcile_once
 from gpu_operator.render import OperatorSettings
 
@@ -112,6 +112,7 @@ class Operator:
                 _watch(wake, lambda: self.client.watch(ClusterPolicyResource), stop, "clusterpolicies")
             ),
             asyncio.create_task(_watch(wake, lambda: self.client.watch(Node), stop, "nodes")),
+            asyncio.create_task(_watch(wake, lambda: self.client.watch(NVIDIADriverResource), stop, "nvidiadrivers")),
             asyncio.create_task(
                 _watch(wake, lambda: self.client.watch(DaemonSet, namespace=self.namespace), stop, "daemonsets")
             ),
