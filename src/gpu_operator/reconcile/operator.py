@@ -80,8 +80,10 @@ async def _watch(wake: asyncio.Event, stream: Callable[[], Any], stop: asyncio.E
     """Turn every event of a watch into a wake-up; reconnect after errors (the resync covers gaps)."""
     while not stop.is_set():
         try:
-            async for _event in stream():
-                wake.set()
+            # aclosing: a cancelled watch closes its streaming response now, not when it is collected.
+            async with contextlib.aclosing(stream()) as events:
+                async for _event in events:
+                    wake.set()
         except (TimeoutError, ApiError, OSError) as exc:
             log.debug("watch %s interrupted: %s", what, exc)
         except Exception as exc:  # httpx stream errors surface as various types
