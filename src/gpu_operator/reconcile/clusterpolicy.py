@@ -116,7 +116,9 @@ def _key(obj: JSON) -> tuple[str, str, str, str]:
     return (obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
 
 
-async def converge(kube: Kube, *, states: Sequence[StateManifests], owner: JSON, namespace: str) -> tuple[int, int]:
+async def converge(
+    kube: Kube, *, states: Sequence[StateManifests], owner: JSON, namespace: str, service_monitors: bool
+) -> tuple[int, int]:
     """Apply enabled states' objects; delete labelled objects no state wants any more."""
     applied = pruned = 0
     wanted: set[tuple[str, str, str, str]] = set()
@@ -126,7 +128,7 @@ async def converge(kube: Kube, *, states: Sequence[StateManifests], owner: JSON,
             wanted.add(_key(obj))
             applied += 1
     for api_version, kind, namespaced in PRUNE_KINDS:
-        if kind == "ServiceMonitor" and not await kube.crd_exists("servicemonitors.monitoring.coreos.com"):
+        if kind == "ServiceMonitor" and not service_monitors:  # the kind is not served without its CRD
             continue
         live = await kube.list_objects(
             api_version, kind, namespace=namespace if namespaced else None, labels={STATE_LABEL: None}
@@ -189,7 +191,9 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
             kube, nodes=nodes, namespace=namespace, precompiled=bool(policy.spec.driver.use_precompiled)
         )
         states = render(policy, facts, operator=operator)
-        applied, pruned = await converge(kube, states=states, owner=active, namespace=namespace)
+        applied, pruned = await converge(
+            kube, states=states, owner=active, namespace=namespace, service_monitors=facts.has_service_monitor_crd
+        )
         applied += await reconcile_drivers(
             kube, namespace=namespace, operator=operator, policy=policy, nodes=nodes, facts=facts
         )

@@ -119,11 +119,16 @@ class Operator:
                 _watch(wake, lambda: self.client.watch(DaemonSet, namespace=self.namespace), stop, "daemonsets")
             ),
         ]
+        leading = asyncio.Event()
+        if leader_election:
+            watches.append(asyncio.create_task(self._hold_lease(election, leading=leading, wake=wake, stop=stop)))
+        else:
+            leading.set()
         backoff, delay = 0.1, 0.0
         try:
             while not stop.is_set():
-                if leader_election and not await election.try_acquire():
-                    await self._sleep(stop, wake=None, seconds=RENEW_SECONDS)
+                if not leading.is_set():
+                    await self._sleep(stop, wake=wake, seconds=RENEW_SECONDS)
                     continue
                 wake.clear()
                 try:
@@ -141,8 +146,6 @@ class Operator:
                     self.failures += 1
                     log.warning("reconcile failed, retrying in %.1f s: %s", backoff, exc)
                     delay, backoff = backoff, min(backoff * 2, 3.0)
-                if leader_election:
-                    delay = min(delay, RENEW_SECONDS)  # keep renewing the Lease while idle
                 await self._sleep(stop, wake=wake, seconds=delay)
         finally:
             for task in watches:
@@ -150,6 +153,26 @@ class Operator:
             await asyncio.gather(*watches, return_exceptions=True)
             if leader_election:
                 await election.release()
+
+    async def _hold_lease(
+        self, election: LeaderElection, *, leading: asyncio.Event, wake: asyncio.Event, stop: asyncio.Event
+    ) -> None:
+        """Renew the Lease on its own clock, so an idle operator costs one request per renewal, not a pass."""
+        while not stop.is_set():
+            try:
+                held = await election.try_acquire()
+            except (ApiError, OSError) as exc:
+                log.warning("lease renewal failed: %s", exc)
+                held = False
+            if held and not leading.is_set():
+                log.info("became leader (%s)", election.identity)
+                leading.set()
+                wake.set()  # a new leader reconciles at once
+            elif not held and leading.is_set():
+                log.warning("lost leadership; reconciling stops until the Lease is ours again")
+                leading.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=RENEW_SECONDS)
 
     @staticmethod
     async def _sleep(stop: asyncio.Event, *, wake: asyncio.Event | None, seconds: float) -> None:
