@@ -8,14 +8,17 @@ a state prunes its objects; a second policy is ignored; deleting the policy remo
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from lightkube import Client, codecs
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Namespace, Node, Pod
 from lightkube.types import PatchType
 
+from gpu_operator.cli.main import cli
 from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.agents import agent_registry
@@ -102,6 +105,19 @@ def test_policy_to_ready_nodes_and_back(
     assert client.get(Node, cpu).metadata.labels.get("nvidia.com/gpu.deploy.driver") is None  # type: ignore[union-attr]
     for node in gpu_nodes:
         assert client.get(Node, node).status.allocatable  # type: ignore[union-attr]
+
+    # `gpu-operator status` explains the same state from the API alone.
+    kubeconfig = str(operator.cluster.kubeconfig_path)
+    shown = CliRunner().invoke(cli, ["status", "--kubeconfig", kubeconfig, "-o", "json"])
+    assert shown.exit_code == 0, shown.output
+    report = json.loads(shown.output)
+    assert sorted(n["node"] for n in report["nodes"]) == sorted(gpu_nodes)
+    assert all(n["ready"] for n in report["nodes"]), report["nodes"]
+    one = CliRunner().invoke(cli, ["status", "--kubeconfig", kubeconfig, "--node", dgx])
+    assert one.exit_code == 0, one.output
+    assert "device-plugin" in one.output
+    assert "done" in one.output
+    assert CliRunner().invoke(cli, ["status", "--kubeconfig", kubeconfig, "--node", cpu]).exit_code == 1
 
     # Restarting the operator (a new process would do the same) converges without touching operands.
     def operand_pods() -> dict[str, str]:

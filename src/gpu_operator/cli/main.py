@@ -16,6 +16,7 @@ from gpu_operator.cli.demo import demo_command
 from gpu_operator.cli.operator import operator_command
 from gpu_operator.cli.render import render_command
 from gpu_operator.cli.sim import sim_group
+from gpu_operator.cli.status import status_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,6 +33,7 @@ cli.add_command(agent_command)
 cli.add_command(sim_group)
 cli.add_command(operator_command)
 cli.add_command(render_command)
+cli.add_command(status_command)
 
 
 def main() -> None:
