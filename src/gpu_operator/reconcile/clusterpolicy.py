@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.reconcile.daemonsets import readiness_of
 from gpu_operator.reconcile.nodelabels import label_changes
 from gpu_operator.reconcile.nvidiadriver import reconcile_drivers
 from gpu_operator.render import (
@@ -34,7 +35,6 @@ from gpu_operator.render import (
     render,
 )
 from gpu_operator.render.meta import with_owner
-from gpu_operator.render.readiness import state_readiness
 from gpu_operator.render.status import Status, ignored_status, policy_status, state_result
 
 log = logging.getLogger(__name__)
@@ -149,17 +149,8 @@ async def readiness(kube: Kube, *, states: Sequence[StateManifests], namespace: 
         if not state.enabled or not state.daemonsets:
             results.append(state_result(state))
             continue
-        live = {name: await kube.get("apps/v1", "DaemonSet", name, namespace=namespace) for name in state.daemonsets}
-        pods: dict[str, list[JSON]] = {}
-        revisions: dict[str, list[JSON]] = {}
-        for name, ds in live.items():
-            if ds and (ds.get("spec", {}).get("updateStrategy") or {}).get("type") == "OnDelete":
-                selector = ds["spec"]["selector"].get("matchLabels", {})
-                pods[name] = await kube.list_objects("v1", "Pod", namespace=namespace, labels=selector)
-                revisions[name] = await kube.list_objects(
-                    "apps/v1", "ControllerRevision", namespace=namespace, labels=selector
-                )
-        results.append(state_result(state, state_readiness(live, pods=pods, revisions=revisions)))
+        ready = await readiness_of(kube, names=state.daemonsets, namespace=namespace)
+        results.append(state_result(state, ready))
     return results
 
 

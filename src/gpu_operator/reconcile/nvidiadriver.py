@@ -18,10 +18,11 @@ from pydantic import ValidationError
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.nvidiadriver import OWNER_LABEL, NVIDIADriver
 from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.reconcile.daemonsets import readiness_of
 from gpu_operator.render import ClusterFacts, OperatorSettings, RenderError, node_info
 from gpu_operator.render.meta import with_owner
 from gpu_operator.render.nvidiadriver import nvidiadriver_active, render_drivers
-from gpu_operator.render.readiness import Readiness, state_readiness
+from gpu_operator.render.readiness import Readiness
 from gpu_operator.render.status import driver_status
 
 ND = ("nvidia.com/v1alpha1", "NVIDIADriver")
@@ -114,19 +115,9 @@ async def reconcile_drivers(
             owned = any(o.get("uid") == doc["metadata"]["uid"] for o in old["metadata"].get("ownerReferences") or [])
             if owned and old["metadata"]["name"] not in wanted:
                 await kube.delete("apps/v1", "DaemonSet", old["metadata"]["name"], namespace=namespace)
-        sets = {n: await kube.get("apps/v1", "DaemonSet", n, namespace=namespace) for n in manifests.daemonsets}
-        pods: dict[str, list[JSON]] = {}
-        revisions: dict[str, list[JSON]] = {}
-        for name, ds in sets.items():
-            if ds is not None:
-                selector = ds["spec"]["selector"].get("matchLabels", {})
-                pods[name] = await kube.list_objects("v1", "Pod", namespace=namespace, labels=selector)
-                revisions[name] = await kube.list_objects(
-                    "apps/v1", "ControllerRevision", namespace=namespace, labels=selector
-                )
         status = driver_status(
             active=True,
-            readiness=state_readiness(sets, pods=pods, revisions=revisions),
+            readiness=await readiness_of(kube, names=manifests.daemonsets, namespace=namespace),
             conflicts=result.routing.conflicts_of(manifests.driver),
             missing=[m.message for m in manifests.missing],
             skipped_nodes=manifests.skipped_nodes,
