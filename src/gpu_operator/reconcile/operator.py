@@ -26,6 +26,8 @@ from lightkube.resources.core_v1 import Node
 from gpu_operator.kube.api import ClusterPolicyResource, Kube, NVIDIADriverResource
 from gpu_operator.reconcile.clusterpolicy import Outcome, reconcile_once
 from gpu_operator.render import OperatorSettings
+from gpu_operator.upgrade.controller import UpgradeOutcome, upgrade_pass
+from gpu_operator.upgrade.model import MAX_DRIVER_RESTARTS
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "53822513.nvidia.com"
@@ -76,20 +78,31 @@ class LeaderElection:
             self.held = False
 
 
-async def _watch(wake: asyncio.Event, stream: Callable[[], Any], stop: asyncio.Event, what: str) -> None:
+async def _watch(wakes: Wakes, stream: Callable[[], Any], stop: asyncio.Event, what: str) -> None:
     """Turn every event of a watch into a wake-up; reconnect after errors (the resync covers gaps)."""
     while not stop.is_set():
         try:
             # aclosing: a cancelled watch closes its streaming response now, not when it is collected.
             async with contextlib.aclosing(stream()) as events:
                 async for _event in events:
-                    wake.set()
+                    wakes.set()
         except (TimeoutError, ApiError, OSError) as exc:
             log.debug("watch %s interrupted: %s", what, exc)
         except Exception as exc:  # httpx stream errors surface as various types
             log.debug("watch %s ended: %s", what, exc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=1.0)
+
+
+@dataclass
+class Wakes:
+    """One event per work key: a watch event wakes every key (each decides for itself what changed)."""
+
+    events: tuple[asyncio.Event, ...] = field(default_factory=lambda: (asyncio.Event(), asyncio.Event()))
+
+    def set(self) -> None:
+        for event in self.events:
+            event.set()
 
 
 @dataclass
@@ -104,26 +117,34 @@ class Operator:
     failures: int = 0
     last: Outcome | None = None
     api_requests: int = 0
+    upgrades: UpgradeOutcome | None = None
+    upgrade_passes: int = 0
+    max_driver_restarts: int = MAX_DRIVER_RESTARTS
 
     async def run(self, *, stop: asyncio.Event, leader_election: bool = True) -> None:
         kube = Kube(self.client)
         election = LeaderElection(kube=kube, namespace=self.namespace)
-        wake = asyncio.Event()
+        wakes = Wakes()
+        wake, upgrade_wake = wakes.events
         watches = [
             asyncio.create_task(
-                _watch(wake, lambda: self.client.watch(ClusterPolicyResource), stop, "clusterpolicies")
+                _watch(wakes, lambda: self.client.watch(ClusterPolicyResource), stop, "clusterpolicies")
             ),
-            asyncio.create_task(_watch(wake, lambda: self.client.watch(Node), stop, "nodes")),
-            asyncio.create_task(_watch(wake, lambda: self.client.watch(NVIDIADriverResource), stop, "nvidiadrivers")),
+            asyncio.create_task(_watch(wakes, lambda: self.client.watch(Node), stop, "nodes")),
+            asyncio.create_task(_watch(wakes, lambda: self.client.watch(NVIDIADriverResource), stop, "nvidiadrivers")),
             asyncio.create_task(
-                _watch(wake, lambda: self.client.watch(DaemonSet, namespace=self.namespace), stop, "daemonsets")
+                _watch(wakes, lambda: self.client.watch(DaemonSet, namespace=self.namespace), stop, "daemonsets")
             ),
         ]
         leading = asyncio.Event()
         if leader_election:
-            watches.append(asyncio.create_task(self._hold_lease(election, leading=leading, wake=wake, stop=stop)))
+            watches.append(asyncio.create_task(self._hold_lease(election, leading=leading, wakes=wakes, stop=stop)))
         else:
             leading.set()
+        # The driver-upgrade controller is its own work key (upstream's "driver-upgrade"), on its own clock.
+        watches.append(
+            asyncio.create_task(self._upgrade_loop(kube, leading=leading, wake=upgrade_wake, stop=stop))
+        )
         backoff, delay = 0.1, 0.0
         try:
             while not stop.is_set():
@@ -154,8 +175,29 @@ class Operator:
             if leader_election:
                 await election.release()
 
+    async def _upgrade_loop(
+        self, kube: Kube, *, leading: asyncio.Event, wake: asyncio.Event, stop: asyncio.Event
+    ) -> None:
+        """Run upgrade passes while leading: on every wake-up, and every second while a node is mid-upgrade."""
+        backoff = 0.1
+        while not stop.is_set():
+            if not leading.is_set():
+                await self._sleep(stop, wake=wake, seconds=RENEW_SECONDS)
+                continue
+            wake.clear()
+            try:
+                self.upgrades = await upgrade_pass(
+                    kube, namespace=self.namespace, max_driver_restarts=self.max_driver_restarts
+                )
+                self.upgrade_passes += 1
+                backoff, delay = 0.1, self.upgrades.requeue_after or IDLE_RESYNC
+            except (ApiError, OSError) as exc:
+                log.warning("driver upgrade pass failed, retrying in %.1f s: %s", backoff, exc)
+                delay, backoff = backoff, min(backoff * 2, 3.0)
+            await self._sleep(stop, wake=wake, seconds=delay)
+
     async def _hold_lease(
-        self, election: LeaderElection, *, leading: asyncio.Event, wake: asyncio.Event, stop: asyncio.Event
+        self, election: LeaderElection, *, leading: asyncio.Event, wakes: Wakes, stop: asyncio.Event
     ) -> None:
         """Renew the Lease on its own clock, so an idle operator costs one request per renewal, not a pass."""
         while not stop.is_set():
@@ -167,7 +209,7 @@ class Operator:
             if held and not leading.is_set():
                 log.info("became leader (%s)", election.identity)
                 leading.set()
-                wake.set()  # a new leader reconciles at once
+                wakes.set()  # a new leader reconciles at once
             elif not held and leading.is_set():
                 log.warning("lost leadership; reconciling stops until the Lease is ours again")
                 leading.clear()

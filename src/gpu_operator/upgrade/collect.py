@@ -1,0 +1,215 @@
+"""Snapshots from the cluster: the I/O half of ``snapshot -> plan -> execute``.
+
+One pass reads the driver DaemonSets, their ControllerRevisions and pods (one list each, by the
+driver label), the Nodes, and the PodDisruptionBudgets; pods on a node only for the few nodes that
+are between cordon and driver restart (never every pod of a large cluster), and validator pods only
+for nodes waiting on validation. The driver pods are split into partitions: the ClusterPolicy's
+DaemonSets, and one per NVIDIADriver (pod label ``nvidia.com/gpu-operator.driver``), each planned
+with its own policy. The conversion functions (``pod_view``, ``driver_view``, ``node_view``) are
+pure and also serve the tests and the preview.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.upgrade import model as m
+from gpu_operator.upgrade.model import Budget, DriverPodView, NodeView, PodView
+from gpu_operator.upgrade.selectors import from_label_selector
+
+DRIVER_SELECTOR = {"app.kubernetes.io/component": "nvidia-driver"}
+DRIVER_CR_LABEL = "nvidia.com/gpu-operator.driver"
+OWNER_LABEL = "nvidia.com/gpu-operator.driver.owner"
+VALIDATOR_SELECTOR = {"app": "nvidia-operator-validator"}
+GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+#: States whose planning needs the pods on the node (eviction, drain, jobs).
+PODS_NEEDED = frozenset({m.CORDON, m.WAIT_FOR_JOBS, m.POD_DELETION, m.DRAIN})
+VALIDATORS_NEEDED = frozenset({m.POD_RESTART, m.VALIDATION})
+CLUSTER_POLICY = ""  # the partition key of the ClusterPolicy's driver
+
+
+def _seconds(stamp: str | None) -> float:
+    if not stamp:
+        return 0.0
+    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+
+
+def _controller(obj: JSON) -> JSON | None:
+    refs = obj["metadata"].get("ownerReferences") or []
+    return next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+
+
+def _ready(status: JSON) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def pod_view(pod: JSON) -> PodView:
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    owner = _controller(pod)
+    resources = [c.get("resources") or {} for c in spec.get("containers") or []]
+    names = {k for r in resources for part in ("limits", "requests") for k in (r.get(part) or {})}
+    return PodView(
+        namespace=meta.get("namespace", ""),
+        name=meta["name"],
+        labels=meta.get("labels") or {},
+        phase=status.get("phase", "Pending"),
+        owner_kind=str(owner.get("kind", "")) if owner else "",
+        gpu=any(n.startswith(GPU_PREFIXES) for n in names),
+        terminating=bool(meta.get("deletionTimestamp")),
+        empty_dir=any("emptyDir" in v for v in spec.get("volumes") or []),
+        mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
+        ready=_ready(status),
+        created=_seconds(meta.get("creationTimestamp")),
+    )
+
+
+def _env(template: JSON, name: str) -> str:
+    for c in (template.get("spec") or {}).get("containers") or []:
+        for e in c.get("env") or []:
+            if e.get("name") == name and "value" in e:
+                return str(e["value"])
+    return ""
+
+
+def _not_ready_restarts(status: JSON) -> tuple[int, str]:
+    restarts, reason = 0, ""
+    for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        if not c.get("ready"):
+            restarts = max(restarts, int(c.get("restartCount", 0)))
+            reason = reason or str(((c.get("state") or {}).get("waiting") or {}).get("reason", ""))
+    return restarts, reason
+
+
+def driver_view(pod: JSON, *, daemonset: JSON | None, newest_hash: str | None) -> DriverPodView:
+    meta, status = pod["metadata"], pod.get("status") or {}
+    restarts, reason = _not_ready_restarts(status)
+    template = (daemonset or {}).get("spec", {}).get("template") or {}
+    digest = _env(pod, "DRIVER_CONFIG_DIGEST")
+    return DriverPodView(
+        namespace=meta.get("namespace", ""),
+        name=meta["name"],
+        daemonset=(daemonset or {}).get("metadata", {}).get("name", ""),
+        in_sync=daemonset is not None and (meta.get("labels") or {}).get("controller-revision-hash") == newest_hash,
+        same_config=bool(digest) and digest == _env(template, "DRIVER_CONFIG_DIGEST"),
+        running=status.get("phase") == "Running",
+        ready=_ready(status),
+        terminating=bool(meta.get("deletionTimestamp")),
+        restarts=restarts,
+        waiting_reason=reason,
+        created=_seconds(meta.get("creationTimestamp")),
+        version=_env(pod, "DRIVER_VERSION"),
+        target_version=_env(template, "DRIVER_VERSION"),
+    )
+
+
+def node_view(
+    node: JSON,
+    *,
+    driver: DriverPodView | None,
+    pods: Sequence[JSON] | None = None,
+    validators: Sequence[JSON] | None = None,
+) -> NodeView:
+    meta, status = node["metadata"], node.get("status") or {}
+    return NodeView(
+        name=meta["name"],
+        labels=meta.get("labels") or {},
+        annotations=meta.get("annotations") or {},
+        unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+        ready=_ready(status),
+        driver=driver,
+        pods=tuple(pod_view(p) for p in pods or ()),
+        validators=tuple(pod_view(v) for v in validators or ()),
+        pods_known=pods is not None,
+        validators_known=validators is not None,
+    )
+
+
+def newest_revisions(revisions: Sequence[JSON]) -> dict[str, str]:
+    """DaemonSet uid -> the controller-revision-hash of its newest ControllerRevision."""
+    best: dict[str, tuple[int, str]] = {}
+    for rev in revisions:
+        owner = _controller(rev)
+        digest = (rev["metadata"].get("labels") or {}).get("controller-revision-hash", "")
+        if owner and digest and int(rev.get("revision", 0)) >= best.get(owner["uid"], (-1, ""))[0]:
+            best[owner["uid"]] = (int(rev.get("revision", 0)), digest)
+    return {uid: digest for uid, (_, digest) in best.items()}
+
+
+@dataclass
+class Cluster:
+    """What one pass read, before it is split per partition."""
+
+    nodes: dict[str, JSON]
+    drivers: dict[str, tuple[str, DriverPodView]]  # node -> (partition, driver pod)
+    budgets: tuple[Budget, ...] = ()
+    node_pods: dict[str, list[JSON]] = field(default_factory=dict)
+    node_validators: dict[str, list[JSON]] = field(default_factory=dict)
+
+    def partition_of(self, node: str) -> str:
+        if node in self.drivers:
+            return self.drivers[node][0]
+        return str((self.nodes[node]["metadata"].get("labels") or {}).get(OWNER_LABEL, CLUSTER_POLICY))
+
+    def views(self, partition: str) -> tuple[NodeView, ...]:
+        out = []
+        for name, node in sorted(self.nodes.items()):
+            labelled = m.STATE_LABEL in (node["metadata"].get("labels") or {})
+            if (name in self.drivers or labelled) and self.partition_of(name) == partition:
+                driver = self.drivers.get(name, ("", None))[1]
+                pods, validators = self.node_pods.get(name), self.node_validators.get(name)
+                out.append(node_view(node, driver=driver, pods=pods, validators=validators))
+        return tuple(out)
+
+
+async def read_cluster(kube: Kube, *, namespace: str) -> Cluster:
+    sets = await kube.list_objects("apps/v1", "DaemonSet", namespace=namespace, labels=DRIVER_SELECTOR)
+    revisions = await kube.list_objects("apps/v1", "ControllerRevision", namespace=namespace, labels=DRIVER_SELECTOR)
+    pods = await kube.list_objects("v1", "Pod", namespace=namespace, labels=DRIVER_SELECTOR)
+    nodes = {n["metadata"]["name"]: n for n in await kube.list_objects("v1", "Node")}
+    by_uid = {d["metadata"]["uid"]: d for d in sets}
+    newest = newest_revisions(revisions)
+    drivers: dict[str, tuple[str, DriverPodView]] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or node not in nodes:
+            continue  # not scheduled yet: nothing to upgrade there
+        owner = _controller(pod)
+        ds = by_uid.get(owner["uid"]) if owner and owner.get("kind") == "DaemonSet" else None
+        view = driver_view(pod, daemonset=ds, newest_hash=newest.get(ds["metadata"]["uid"]) if ds else None)
+        previous = drivers.get(node)
+        if previous is None or view.created >= previous[1].created:  # the newest pod of a node wins
+            partition = (pod["metadata"].get("labels") or {}).get(DRIVER_CR_LABEL, CLUSTER_POLICY)
+            drivers[node] = (partition, view)
+    budgets = tuple(
+        Budget(
+            namespace=b["metadata"].get("namespace", ""),
+            name=b["metadata"]["name"],
+            selector=from_label_selector((b.get("spec") or {}).get("selector")),
+            disruptions_allowed=int((b.get("status") or {}).get("disruptionsAllowed", 0)),
+        )
+        for b in await kube.list_objects("policy/v1", "PodDisruptionBudget")
+    )
+    cluster = Cluster(nodes=nodes, drivers=drivers, budgets=budgets)
+    for name, node in nodes.items():
+        state = (node["metadata"].get("labels") or {}).get(m.STATE_LABEL, "")
+        if state in PODS_NEEDED:
+            cluster.node_pods[name] = await kube.list_objects("v1", "Pod", fields={"spec.nodeName": name})
+        if state in VALIDATORS_NEEDED:
+            cluster.node_validators[name] = await kube.list_objects(
+                "v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR, fields={"spec.nodeName": name}
+            )
+    return cluster
+
+
+def partitions(cluster: Cluster) -> list[str]:
+    keys = {cluster.partition_of(n) for n in cluster.nodes if n in cluster.drivers}
+    keys |= {cluster.partition_of(n) for n, o in cluster.nodes.items() if m.STATE_LABEL in _labels(o)}
+    return sorted(keys)
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return obj["metadata"].get("labels") or {}

@@ -1,0 +1,127 @@
+"""The driver-upgrade controller: one pass reads the cluster, plans every partition and executes.
+
+Partitions are the ClusterPolicy's driver and each NVIDIADriver (``collect``), each planned with its
+own ``upgradePolicy`` (resolved by ``knobs_for``); both paths share :func:`plan` and
+:func:`execute`. The controller keeps nothing in memory between passes: a restarted operator
+continues from the labels and annotations on the Nodes. ``upgrade_pass`` returns the counts per state
+(for status and metrics) and when to look again: soon while a node is between cordon and uncordon
+(pods leaving a node raise no event the operator watches), otherwise when something changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.api.defaults import is_enabled
+from gpu_operator.api.nvidiadriver import NVIDIADriver
+from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.upgrade import model as m
+from gpu_operator.upgrade.collect import CLUSTER_POLICY, Cluster, partitions, read_cluster
+from gpu_operator.upgrade.execute import Applied, execute
+from gpu_operator.upgrade.model import Knobs, Snapshot, knobs_from
+from gpu_operator.upgrade.plan import Plan, plan
+from gpu_operator.upgrade.selectors import SelectorError
+
+log = logging.getLogger(__name__)
+VALIDATOR_DAEMONSET = "nvidia-operator-validator"
+ACTIVE_REQUEUE = 1.0  # seconds between passes while a node is mid-upgrade
+FAILED_REQUEUE = 30.0  # failed nodes are re-checked for recovery
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionResult:
+    partition: str  # "" for the ClusterPolicy, else the NVIDIADriver's name
+    knobs: Knobs
+    counts: Mapping[str, int]
+    plan: Plan | None = None
+    applied: Applied = field(default_factory=Applied)
+    error: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpgradeOutcome:
+    partitions: tuple[PartitionResult, ...] = ()
+
+    @property
+    def requeue_after(self) -> float | None:
+        states = Counter[str]()
+        for part in self.partitions:
+            if part.knobs.auto_upgrade:
+                states.update(part.counts)
+        if any(n for s, n in states.items() if s not in m.IDLE_STATES and s != m.FAILED):
+            return ACTIVE_REQUEUE
+        return FAILED_REQUEUE if states.get(m.FAILED) else None
+
+
+def _oldest(policies: list[JSON]) -> JSON | None:
+    live = [p for p in policies if not p["metadata"].get("deletionTimestamp")]
+    return min(live, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]), default=None)
+
+
+async def knobs_for(kube: Kube, *, max_driver_restarts: int) -> dict[str, Knobs | str]:
+    """Partition -> its knobs, or a message saying why its policy cannot be used."""
+    out: dict[str, Knobs | str] = {}
+    policy = _oldest(await kube.list_objects("nvidia.com/v1", "ClusterPolicy"))
+    try:
+        if policy is None:
+            out[CLUSTER_POLICY] = Knobs(auto_upgrade=False)
+        else:
+            spec = ClusterPolicy.model_validate(policy).spec
+            sandbox = is_enabled(spec, section="sandboxWorkloads")
+            out[CLUSTER_POLICY] = knobs_from(
+                spec.driver.upgrade_policy, sandbox=sandbox, max_driver_restarts=max_driver_restarts
+            )
+    except (ValidationError, SelectorError) as error:
+        out[CLUSTER_POLICY] = f"ClusterPolicy driver.upgradePolicy: {error}"
+    for doc in await kube.list_objects("nvidia.com/v1alpha1", "NVIDIADriver"):
+        name = doc["metadata"]["name"]
+        try:
+            cr = NVIDIADriver.model_validate(doc)
+            out[name] = knobs_from(cr.spec.upgrade_policy, max_driver_restarts=max_driver_restarts)
+        except (ValidationError, SelectorError) as error:
+            out[name] = f"NVIDIADriver {name} upgradePolicy: {error}"
+    return out
+
+
+def snapshot_of(cluster: Cluster, *, partition: str, now: float) -> Snapshot:
+    return Snapshot(nodes=cluster.views(partition), budgets=cluster.budgets, now=now)
+
+
+async def upgrade_pass(
+    kube: Kube, *, namespace: str, max_driver_restarts: int = m.MAX_DRIVER_RESTARTS, now: float | None = None
+) -> UpgradeOutcome:
+    """One pass over every partition (see the module docstring)."""
+    settings = await knobs_for(kube, max_driver_restarts=max_driver_restarts)
+    cluster = await read_cluster(kube, namespace=namespace)
+    validation = await kube.get("apps/v1", "DaemonSet", VALIDATOR_DAEMONSET, namespace=namespace) is not None
+    moment = time.time() if now is None else now
+    results = []
+    for partition in partitions(cluster):
+        # A node whose NVIDIADriver is gone falls back to "upgrades off": its labels are cleaned up.
+        knobs = settings.get(partition, Knobs(auto_upgrade=False))
+        snapshot = snapshot_of(cluster, partition=partition, now=moment)
+        counts = Counter(n.state or m.UNKNOWN for n in snapshot.nodes)
+        if isinstance(knobs, str):
+            log.error("driver upgrades paused: %s", knobs)
+            results.append(PartitionResult(partition=partition, knobs=Knobs(), counts=counts, error=knobs))
+            continue
+        if knobs.validation != validation:
+            knobs = dataclasses.replace(knobs, validation=validation)
+        planned = plan(snapshot, knobs)
+        applied = await execute(kube, planned)
+        after = Counter(counts)
+        for step in planned.steps:
+            after[step.before or m.UNKNOWN] -= 1
+            after[step.after or m.UNKNOWN] += 1
+        if not knobs.auto_upgrade:
+            after = Counter[str]()
+        results.append(PartitionResult(partition=partition, knobs=knobs, counts=+after, plan=planned, applied=applied))
+    return UpgradeOutcome(partitions=tuple(results))

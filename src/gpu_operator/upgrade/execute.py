@@ -1,0 +1,111 @@
+"""Applying a plan: the effects half of ``snapshot -> plan -> execute``.
+
+Per node, in an order that keeps every crash harmless: first one merge patch of the Node carrying the
+new state label, the annotations and the cordon together (so no state is ever recorded without its
+cordon, or the reverse); then evictions through the Eviction API (a PodDisruptionBudget answers 429
+and the pod stays until a later pass or the timeout); then the driver pod's deletion (its OnDelete
+DaemonSet recreates it from the new template); then one Event (reason ``GPUDriverUpgrade``) naming
+the transitions. Failures on one node are logged and reported; the next pass retries from the
+cluster's state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightkube import ApiError
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from gpu_operator.kube.api import Kube
+from gpu_operator.upgrade.model import EVENT_REASON
+from gpu_operator.upgrade.plan import Plan
+from gpu_operator.upgrade.steps import Step
+
+log = logging.getLogger(__name__)
+EVENT_NAMESPACE = "default"  # Node events live there, where `kubectl describe node` finds them
+
+
+@dataclass
+class Applied:
+    """What executing one plan did."""
+
+    patched: int = 0
+    evicted: int = 0
+    blocked: list[str] = field(default_factory=list)  # pods whose eviction a budget refused
+    deleted: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def node_patch(step: Step) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if step.labels:
+        body.setdefault("metadata", {})["labels"] = dict(step.labels)
+    if step.annotations:
+        body.setdefault("metadata", {})["annotations"] = dict(step.annotations)
+    if step.unschedulable is not None:
+        body["spec"] = {"unschedulable": step.unschedulable}
+    return body
+
+
+async def _evict(kube: Kube, key: str) -> str:
+    namespace, name = key.split("/", 1)
+    kube.requests += 1
+    try:
+        await kube.client.create(
+            Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace)), name=name, namespace=namespace
+        )
+    except ApiError as error:
+        if error.status.code == 429:
+            return "blocked"
+        if error.status.code == 404:
+            return "gone"
+        raise
+    return "evicted"
+
+
+async def _event(kube: Kube, step: Step) -> None:
+    path = " -> ".join([step.transitions[0][0] or "(none)", *(t[1] for t in step.transitions)])
+    message = f"{path}: {step.transitions[-1][2]}"
+    involved = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": step.node}}
+    await kube.event(
+        involved=involved, reason=EVENT_REASON, message=message, warning=step.failed, namespace=EVENT_NAMESPACE
+    )
+
+
+async def apply_step(kube: Kube, step: Step, applied: Applied) -> None:
+    body = node_patch(step)
+    if body:
+        kube.requests += 1
+        await kube.client.patch(Node, step.node, body, patch_type=PatchType.MERGE)
+        applied.patched += 1
+    for key in step.evict:
+        outcome = await _evict(kube, key)
+        if outcome == "blocked":
+            applied.blocked.append(key)
+        elif outcome == "evicted":
+            applied.evicted += 1
+    if step.delete_driver:
+        namespace, name = step.delete_driver.split("/", 1)
+        if await kube.delete("v1", "Pod", name, namespace=namespace):
+            applied.deleted += 1
+    if step.transitions:
+        await _event(kube, step)
+
+
+async def execute(kube: Kube, plan: Plan | Sequence[Step]) -> Applied:
+    applied = Applied()
+    steps = plan.steps if isinstance(plan, Plan) else plan
+    for step in steps:
+        if not step.acts:
+            continue
+        try:
+            await apply_step(kube, step, applied)
+        except (ApiError, OSError) as error:
+            log.warning("driver upgrade of node %s: %s", step.node, error)
+            applied.errors.append(f"{step.node}: {error}")
+    return applied

@@ -1,0 +1,218 @@
+"""The vocabulary of driver upgrades: upstream's node keys and states, the snapshot and the knobs.
+
+Everything the pure planner (``plan``) reads is here as frozen data: a :class:`Snapshot` of the nodes
+that run a driver pod (their upgrade-state label, annotations, cordon, readiness, the driver pod and
+the other pods on the node) and the PodDisruptionBudgets, plus the resolved :class:`Knobs` of one
+``upgradePolicy``. ``collect`` builds snapshots from the cluster; ``plan`` turns one into steps.
+The key names and state values are upstream's (k8s-operator-libs with driver name ``gpu``), so
+dashboards and runbooks that read them keep working.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_operator.upgrade.selectors import Selector, parse_selector
+
+STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
+DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
+INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
+WAIT_START = "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time"
+VALIDATION_START = "nvidia.com/gpu-driver-upgrade-validation-start-time"
+REQUESTED = "nvidia.com/gpu-driver-upgrade-requested"
+UPGRADE_ENABLED = "nvidia.com/gpu-driver-upgrade-enabled"
+# Ours (upstream keeps these in memory and loses them on restart): when pod deletion and drain began.
+DELETION_START = "nvidia.com/gpu-driver-upgrade-pod-deletion-start-time"
+DRAIN_START = "nvidia.com/gpu-driver-upgrade-drain-start-time"
+# Ours: why a node is upgrade-failed, so `gpu-operator status` and the preview can say it.
+FAILURE_REASON = "nvidia.com/gpu-driver-upgrade-failure"
+TIMER_ANNOTATIONS = (WAIT_START, VALIDATION_START, DELETION_START, DRAIN_START)
+EVENT_REASON = "GPUDriverUpgrade"
+
+UNKNOWN = ""
+DONE = "upgrade-done"
+REQUIRED = "upgrade-required"
+CORDON = "cordon-required"
+WAIT_FOR_JOBS = "wait-for-jobs-required"
+POD_DELETION = "pod-deletion-required"
+DRAIN = "drain-required"
+POD_RESTART = "pod-restart-required"
+VALIDATION = "validation-required"
+UNCORDON = "uncordon-required"
+FAILED = "upgrade-failed"
+#: Processing order (upstream's); a node moves forward through it, or to FAILED.
+STATES = (
+    UNKNOWN, DONE, REQUIRED, CORDON, WAIT_FOR_JOBS, POD_DELETION, DRAIN, POD_RESTART, VALIDATION, UNCORDON, FAILED,
+)  # fmt: skip
+IDLE_STATES = frozenset({UNKNOWN, DONE, REQUIRED})
+#: States in which the controller holds the node cordoned (unless the administrator had cordoned it).
+CORDONED_STATES = frozenset({WAIT_FOR_JOBS, POD_DELETION, DRAIN, POD_RESTART, VALIDATION, UNCORDON})
+VALIDATION_TIMEOUT = 600.0  # upstream's fixed constant
+MAX_DRIVER_RESTARTS = 10  # a driver container restarted more often than this has failed
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodView:
+    """A pod on a node, reduced to what eviction, drain and waiting decide on."""
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    phase: str = "Running"
+    owner_kind: str = ""  # the controller's kind; "" for a bare pod
+    gpu: bool = False  # requests or limits nvidia.com/gpu* or nvidia.com/mig-*
+    terminating: bool = False
+    empty_dir: bool = False
+    mirror: bool = False  # a static pod's mirror: the API cannot evict it
+    ready: bool = True
+    created: float = 0.0  # unix seconds
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ("Running", "Pending")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriverPodView:
+    """The node's driver pod compared with its DaemonSet's newest template."""
+
+    namespace: str
+    name: str
+    daemonset: str = ""  # "" for an orphan
+    in_sync: bool = True  # controller-revision-hash equals the DaemonSet's newest revision
+    same_config: bool = False  # DRIVER_CONFIG_DIGEST equals the template's: a restart needs no reinstall
+    running: bool = True
+    ready: bool = True
+    terminating: bool = False
+    restarts: int = 0  # the highest restart count of a container that is not ready
+    waiting_reason: str = ""  # e.g. ImagePullBackOff, CrashLoopBackOff
+    created: float = 0.0
+    version: str = ""  # DRIVER_VERSION of the pod (for messages and the preview)
+    target_version: str = ""  # DRIVER_VERSION of the DaemonSet's template
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def orphan(self) -> bool:
+        return not self.daemonset
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeView:
+    """One managed node: its upgrade bookkeeping and what runs on it."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    ready: bool = True
+    driver: DriverPodView | None = None
+    pods: tuple[PodView, ...] = ()  # every other pod bound to the node
+    validators: tuple[PodView, ...] = ()  # the operator validator's pods on the node
+    # The pods are read only for nodes that need them; a plan never evicts or restarts on an unread list.
+    pods_known: bool = True
+    validators_known: bool = True
+
+    @property
+    def state(self) -> str:
+        return self.labels.get(STATE_LABEL, UNKNOWN)
+
+    @property
+    def skipped(self) -> bool:
+        return self.labels.get(SKIP_LABEL) == "true"
+
+    @property
+    def cordoned_by_admin(self) -> bool:
+        return self.annotations.get(INITIAL_UNSCHEDULABLE) == "true"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """A PodDisruptionBudget: which pods it covers and how many may go now."""
+
+    namespace: str
+    name: str
+    selector: Selector
+    disruptions_allowed: int
+
+    def covers(self, pod: PodView) -> bool:
+        return pod.namespace == self.namespace and self.selector.matches(pod.labels)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """The cluster as one upgrade pass sees it; ``now`` is unix seconds."""
+
+    nodes: tuple[NodeView, ...]
+    budgets: tuple[Budget, ...] = ()
+    now: float = 0.0
+
+    def by_state(self) -> dict[str, list[NodeView]]:
+        groups: dict[str, list[NodeView]] = {state: [] for state in STATES}
+        for node in sorted(self.nodes, key=lambda n: n.name):
+            groups.setdefault(node.state, []).append(node)
+        return groups
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knobs:
+    """One ``upgradePolicy`` with every default filled in (see upgrade-state-machine.md §2)."""
+
+    auto_upgrade: bool = False
+    max_parallel: int = 1  # 0 = unlimited
+    max_unavailable: int | str | None = "25%"  # None = no cap
+    wait_selector: Selector | None = None
+    wait_timeout: float = 0.0  # 0 = forever
+    deletion_force: bool = False
+    deletion_timeout: float = 300.0
+    deletion_empty_dir: bool = False
+    drain_enable: bool = False
+    drain_force: bool = False
+    drain_selector: Selector | None = None
+    drain_timeout: float = 300.0
+    drain_empty_dir: bool = False
+    validation: bool = True
+    validation_timeout: float = VALIDATION_TIMEOUT
+    max_driver_restarts: int = MAX_DRIVER_RESTARTS
+
+    def unavailable_cap(self, *, managed: int) -> int | None:
+        """maxUnavailable as a node count: percentages of the managed nodes, rounded up."""
+        value = self.max_unavailable
+        if value is None:
+            return None
+        if isinstance(value, str) and value.endswith("%"):
+            return math.ceil(managed * float(value[:-1]) / 100)
+        return int(value)
+
+
+def knobs_from(policy: Any, *, sandbox: bool = False, max_driver_restarts: int = MAX_DRIVER_RESTARTS) -> Knobs:
+    """Knobs from a ``DriverUpgradePolicy`` model (None = upgrades off; sandbox workloads turn them off)."""
+    if policy is None or sandbox or not policy.auto_upgrade:
+        return Knobs(auto_upgrade=False)
+    wait, deletion, drain = policy.wait_for_completion, policy.pod_deletion, policy.drain
+    return Knobs(
+        auto_upgrade=True,
+        max_parallel=policy.max_parallel_upgrades,
+        max_unavailable=policy.max_unavailable,
+        wait_selector=parse_selector(wait.pod_selector, field="waitForCompletion.podSelector") if wait else None,
+        wait_timeout=float(wait.timeout_seconds) if wait else 0.0,
+        deletion_force=bool(deletion and deletion.force),
+        deletion_timeout=float(deletion.timeout_seconds) if deletion else 300.0,
+        deletion_empty_dir=bool(deletion and deletion.delete_empty_dir),
+        drain_enable=bool(drain and drain.enable),
+        drain_force=bool(drain and drain.force),
+        drain_selector=parse_selector(drain.pod_selector, field="drain.podSelector") if drain else None,
+        drain_timeout=float(drain.timeout_seconds) if drain else 300.0,
+        drain_empty_dir=bool(drain and drain.delete_empty_dir),
+        max_driver_restarts=max_driver_restarts,
+    )

@@ -1,0 +1,305 @@
+"""The pure heart of driver upgrades: ``plan(snapshot, knobs) -> Plan``, every transition of one pass.
+
+No I/O and no clock: the snapshot carries ``now``. For each managed node the planner walks the state
+machine of upgrade-state-machine.md §4 from the node's label, as far as the snapshot allows in one
+pass (cordoning and moving on needs nothing new from the cluster; waiting for pods to go does), and
+returns a :class:`Step`: the node's new label, annotations and cordon (one atomic Node patch), the
+pods to evict and the driver pod to delete. Slots (maxParallelUpgrades, maxUnavailable) are computed
+once from the snapshot, as upstream does. The executor (``execute``) applies steps; the controller
+runs the live loop; the preview (``preview``) runs this same function over a virtual cluster, so a
+preview and the rollout it announces cannot disagree.
+
+Crash safety comes from the shapes here: the node patch carries label, annotations and cordon together,
+the administrator's cordon is recorded before the controller ever cordons, and every disruptive step
+(evicting, deleting the driver pod) is visible on the cluster, so a repeated pass never repeats it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpu_operator.upgrade import model as m
+from gpu_operator.upgrade.model import Knobs, NodeView, Snapshot
+from gpu_operator.upgrade.steps import Step, Work, node_pods_to_drain, pods_to_delete
+
+#: No node walks more states than this in one pass (a guard: the machine has no cycles within a pass).
+MAX_CHAIN = len(m.STATES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    steps: tuple[Step, ...]
+    slots: int  # how many idle nodes this pass could start
+    started: tuple[str, ...]  # nodes that left upgrade-required in this pass
+    blocked: Mapping[str, str]  # idle nodes that need an upgrade but did not start: why
+
+    def step(self, node: str) -> Step | None:
+        return next((s for s in self.steps if s.node == node), None)
+
+
+def needs_upgrade(node: NodeView) -> bool:
+    driver = node.driver
+    if driver is None:
+        return False
+    return not driver.in_sync or driver.orphan or node.annotations.get(m.REQUESTED) == "true"
+
+
+def available_slots(snapshot: Snapshot, knobs: Knobs) -> int:
+    """Upstream's GetUpgradesAvailable (upgrade-state-machine.md §5)."""
+    managed = [n for n in snapshot.nodes if n.driver is not None or n.state]
+    required = [n for n in managed if n.state == m.REQUIRED]
+    in_progress = sum(1 for n in managed if n.state not in m.IDLE_STATES)
+    slots = len(required) if knobs.max_parallel == 0 else knobs.max_parallel - in_progress
+    cap = knobs.unavailable_cap(managed=len(managed))
+    if cap is not None:
+        # Nodes about to be cordoned count as unavailable already.
+        unavailable = sum(1 for n in managed if n.unschedulable or not n.ready or n.state == m.CORDON)
+        slots = 0 if unavailable >= cap else min(slots, cap - unavailable)
+    return max(slots, 0)
+
+
+def plan(snapshot: Snapshot, knobs: Knobs) -> Plan:
+    """Every node's step for one pass (see the module docstring)."""
+    if not knobs.auto_upgrade:
+        off = tuple(s for s in (_switched_off(n) for n in snapshot.nodes) if s is not None)
+        return Plan(steps=off, slots=0, started=(), blocked={})
+    slots = available_slots(snapshot, knobs)
+    left = [slots]
+    steps: list[Step] = []
+    started: list[str] = []
+    blocked: dict[str, str] = {}
+    for state, nodes in snapshot.by_state().items():
+        for node in nodes:
+            if node.driver is None and state in m.IDLE_STATES:
+                continue  # no driver pod here: nothing to upgrade
+            work = Work(node=node, snapshot=snapshot, knobs=knobs)
+            # Tells the node's driver manager that eviction and drain are ours (it skips its own).
+            work.annotate(m.UPGRADE_ENABLED, "true")
+            _walk(work, slots_left=left)
+            step = work.result()
+            if state == m.REQUIRED and step.after not in (m.REQUIRED, m.DONE):
+                started.append(node.name)
+            elif step.after == m.REQUIRED and step.waiting:
+                blocked[node.name] = step.waiting
+            if step.acts or step.waiting:
+                steps.append(step)
+    return Plan(steps=tuple(steps), slots=slots, started=tuple(started), blocked=blocked)
+
+
+def _switched_off(node: NodeView) -> Step | None:
+    """Auto-upgrade off (or sandbox workloads): drop our bookkeeping, and our cordon if we put it there."""
+    work = Work(node=node, snapshot=Snapshot(nodes=()), knobs=Knobs())
+    if node.state:
+        work.labels[m.STATE_LABEL] = None
+    for key in (*m.TIMER_ANNOTATIONS, m.FAILURE_REASON, m.INITIAL_UNSCHEDULABLE, m.UPGRADE_ENABLED):
+        if key in node.annotations:
+            work.annotations[key] = None
+    ours = node.state in m.CORDONED_STATES or node.state == m.FAILED
+    if ours and node.unschedulable and not node.cordoned_by_admin:
+        work.unschedulable = False
+    step = work.result()
+    return step if step.acts else None
+
+
+def _walk(work: Work, *, slots_left: list[int]) -> None:
+    for _ in range(MAX_CHAIN):
+        handler = _HANDLERS.get(work.state, _idle)  # unknown values (e.g. requestor mode) start over
+        if not handler(work, slots_left):
+            return
+
+
+def _idle(work: Work, _slots: list[int]) -> bool:
+    node = work.node
+    if needs_upgrade(node):
+        driver = node.driver
+        assert driver is not None
+        why = "driver pod is not managed by a DaemonSet" if driver.orphan else "driver pod is out of date"
+        if driver.version and driver.target_version and driver.version != driver.target_version:
+            why = f"driver {driver.version} -> {driver.target_version}"
+        # Before the controller ever cordons: remember whether someone else did.
+        work.annotate(m.INITIAL_UNSCHEDULABLE, "true" if node.unschedulable else None)
+        work.move(m.REQUIRED, why)
+    elif work.state != m.DONE:
+        work.move(m.DONE, "driver pod is up to date")
+    return False  # one label write before anything disruptive
+
+
+def _required(work: Work, slots: list[int]) -> bool:
+    node = work.node
+    if not needs_upgrade(node):
+        work.finish("driver pod is up to date again")
+        return False
+    work.annotate(m.INITIAL_UNSCHEDULABLE, "true" if node.unschedulable else None)
+    if node.skipped:
+        work.wait(f"skipped: node label {m.SKIP_LABEL}=true")
+        return False
+    if slots[0] > 0:
+        slots[0] -= 1
+    elif not node.unschedulable:
+        work.wait("waiting for an upgrade slot (maxParallelUpgrades / maxUnavailable)")
+        return False
+    work.annotate(m.REQUESTED, None)
+    driver = node.driver
+    assert driver is not None
+    if driver.running and driver.same_config and not driver.orphan and not node.annotations.get(m.REQUESTED):
+        work.cordon()
+        work.move(m.POD_RESTART, "same driver config: restart the driver pod only")
+        return True
+    work.move(m.CORDON, "upgrade slot taken")
+    return True
+
+
+def _cordon(work: Work, _slots: list[int]) -> bool:
+    work.cordon()
+    work.move(m.WAIT_FOR_JOBS, "node cordoned", timer=m.WAIT_START)
+    return True
+
+
+def _pods_unread(work: Work) -> bool:
+    if work.node.pods_known:
+        return False
+    work.wait("reading the pods on the node")
+    return True
+
+
+def _wait_for_jobs(work: Work, _slots: list[int]) -> bool:
+    if _pods_unread(work):
+        return False
+    selector = work.knobs.wait_selector
+    if selector is not None:
+        jobs = [p for p in work.node.pods if p.active and selector.matches(p.labels)]
+        if jobs:
+            if not work.timed_out(m.WAIT_START, work.knobs.wait_timeout):
+                work.wait(f"waiting for {len(jobs)} pod(s) to complete: {', '.join(p.key for p in jobs[:5])}")
+                return False
+            work.move(m.POD_DELETION, "timed out waiting for jobs to complete", timer=m.DELETION_START)
+            return True
+    work.move(m.POD_DELETION, "no jobs to wait for", timer=m.DELETION_START)
+    return True
+
+
+def _pod_deletion(work: Work, _slots: list[int]) -> bool:
+    if _pods_unread(work):
+        return False
+    pods, refused = pods_to_delete(work.node, work.knobs)
+    if refused:
+        return _deletion_failed(work, f"cannot delete GPU pods: {'; '.join(refused)}")
+    if not pods:
+        work.move(m.POD_RESTART, "no GPU pods left on the node")
+        return True
+    if work.timed_out(m.DELETION_START, work.knobs.deletion_timeout):
+        return _deletion_failed(work, f"GPU pods still on the node after the timeout: {work.describe(pods)}")
+    work.evict_pods(pods)
+    work.wait(f"waiting for {len(pods)} GPU pod(s) to go: {work.describe(pods)}")
+    return False
+
+
+def _deletion_failed(work: Work, why: str) -> bool:
+    if work.knobs.drain_enable:
+        work.move(m.DRAIN, f"{why}; draining instead", timer=m.DRAIN_START)
+        return True
+    work.fail(why)
+    return False
+
+
+def _drain(work: Work, _slots: list[int]) -> bool:
+    if not work.knobs.drain_enable:
+        work.move(m.POD_RESTART, "drain disabled")
+        return True
+    if _pods_unread(work):
+        return False
+    pods, refused = node_pods_to_drain(work.node, work.knobs)
+    if refused:
+        work.fail(f"cannot drain: {'; '.join(refused)}")
+        return False
+    if not pods:
+        work.move(m.POD_RESTART, "node drained")
+        return True
+    if work.timed_out(m.DRAIN_START, work.knobs.drain_timeout):
+        work.fail(f"drain timed out: {work.describe(pods)}")
+        return False
+    work.evict_pods(pods)
+    work.wait(f"draining {len(pods)} pod(s): {work.describe(pods)}")
+    return False
+
+
+def _pod_restart(work: Work, _slots: list[int]) -> bool:
+    driver = work.node.driver
+    if driver is None:
+        work.wait("waiting for the driver DaemonSet to create the new driver pod")
+        return False
+    if (not driver.in_sync or driver.orphan) and not driver.terminating:
+        work.delete_driver = driver.key
+        work.wait(f"driver pod {driver.name} deleted; its DaemonSet creates the new one")
+        return False
+    if driver.terminating or not driver.in_sync:
+        work.wait(f"waiting for the old driver pod {driver.name} to terminate")
+        return False
+    if driver.running and driver.ready:
+        if work.knobs.validation:
+            work.move(m.VALIDATION, f"driver pod {driver.name} is ready", timer=m.VALIDATION_START)
+        else:
+            work.leave_maintenance(f"driver pod {driver.name} is ready")
+        return True
+    if driver.restarts > work.knobs.max_driver_restarts:
+        reason = f" ({driver.waiting_reason})" if driver.waiting_reason else ""
+        work.fail(f"driver pod {driver.name} restarted {driver.restarts} times without becoming ready{reason}")
+        return False
+    reason = f": {driver.waiting_reason}" if driver.waiting_reason else ""
+    work.wait(f"waiting for the driver pod {driver.name} to be ready{reason}")
+    return False
+
+
+def _validation(work: Work, _slots: list[int]) -> bool:
+    if not work.node.validators_known:
+        work.wait("reading the validator pods on the node")
+        return False
+    driver = work.node.driver
+    born = driver.created if driver is not None else 0.0
+    # A validator pod older than the driver pod validated the old driver: it does not count.
+    fresh = [v for v in work.node.validators if v.created >= born and not v.terminating]
+    if fresh and all(v.phase == "Running" and v.ready for v in fresh):
+        work.leave_maintenance("validation passed")
+        return True
+    if work.timed_out(m.VALIDATION_START, work.knobs.validation_timeout):
+        work.fail(f"validation did not pass within {work.knobs.validation_timeout:g} s")
+        return False
+    work.wait("waiting for the operator validator to pass on the new driver")
+    return False
+
+
+def _uncordon(work: Work, _slots: list[int]) -> bool:
+    if not work.node.cordoned_by_admin:
+        work.unschedulable = False
+    work.finish("node uncordoned")
+    return False
+
+
+def _failed(work: Work, _slots: list[int]) -> bool:
+    driver = work.node.driver
+    if driver is not None and driver.in_sync and not driver.orphan and driver.running and driver.ready:
+        work.annotate(m.FAILURE_REASON, None)
+        work.leave_maintenance(f"driver pod {driver.name} is ready again: recovered")
+        return True
+    work.wait(work.node.annotations.get(m.FAILURE_REASON, "upgrade failed"))
+    return False
+
+
+def _done(work: Work, slots: list[int]) -> bool:
+    return _idle(work, slots)
+
+
+_HANDLERS = {
+    m.UNKNOWN: _idle,
+    m.DONE: _done,
+    m.REQUIRED: _required,
+    m.CORDON: _cordon,
+    m.WAIT_FOR_JOBS: _wait_for_jobs,
+    m.POD_DELETION: _pod_deletion,
+    m.DRAIN: _drain,
+    m.POD_RESTART: _pod_restart,
+    m.VALIDATION: _validation,
+    m.UNCORDON: _uncordon,
+    m.FAILED: _failed,
+}
