@@ -268,7 +268,7 @@ def test_a_budget_that_allows_no_disruption_is_named_while_waiting_and_fails_at_
     ],
 )
 def test_pod_deletion_rules(kwargs: dict[str, object], pod_kwargs: dict[str, object], expected: str) -> None:
-    n = node("a", m.POD_DELETION, unschedulable=True, pods=[pod("p", **pod_kwargs)])
+    n = node("a", m.POD_DELETION, unschedulable=True, pods=[pod("p", **pod_kwargs)])  # type: ignore[arg-type]
     step = run([n], knobs(**kwargs)).step("a")
     assert step is not None
     assert step.after == expected
