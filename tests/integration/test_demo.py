@@ -1,8 +1,9 @@
 """`gpu-operator demo --no-interactive` runs every step to completion on its own cluster.
 
-The demo starts its own control plane, simulated nodes and in-process operator; the assertions read what
-it printed after each step: the policy ready with every link of every GPU node ready, the workload's two
-GPUs, the exporter's utilisation line for a busy GPU carrying the pod's label, the MIG switch, teardown.
+The demo starts its own control plane and simulated nodes and installs the operator with the Helm chart
+(its pod runs on a simulated node); the assertions read what it printed after each step: the policy ready
+with every link of every GPU node ready, the workload's two GPUs, the exporter's utilisation line for a
+busy GPU carrying the pod's label, the MIG switch, teardown.
 """
 
 from __future__ import annotations
@@ -29,11 +30,16 @@ def test_demo_runs_to_completion() -> None:
     # 1: control plane, CRDs, namespace.
     assert "established clusterpolicies.nvidia.com" in out
     assert "namespace gpu-operator (pod-security.kubernetes.io/enforce=privileged)" in out
-    # 2, 3: the nodes and the in-process operator.
-    for node in ("demo-dgx-h100-0", "demo-dgx-h100-1", "demo-a100-mig-0", "demo-pcie-l4-0", "demo-cpu-only-0"):
+    # 2, 3: the nodes, and the operator installed by Helm, running as a pod on one of them.
+    nodes = ("demo-dgx-h100-0", "demo-dgx-h100-1", "demo-a100-mig-0", "demo-pcie-l4-0", "demo-cpu-only-0")
+    for node in nodes:
         assert node in out, node
-    assert "helm install" in out
-    assert "deploy/helm/gpu-operator" in out
+    assert "helm install gpu-operator deploy/helm/gpu-operator -n gpu-operator" in out
+    running = re.search(r"operator pod gpu-operator/(gpu-operator-[a-z0-9-]+) is Running and Ready on simulated node "
+                        r"(\S+), as service account gpu-operator", out)  # fmt: skip
+    assert running is not None, out
+    assert running.group(2).rstrip(",") in nodes
+    assert "runs in-process" not in out
     # 4: the policy is ready and the final table shows every link of every GPU node ready.
     assert "ClusterPolicy state: ready" in out
     assert "ClusterPolicy cluster-policy is ready" in out

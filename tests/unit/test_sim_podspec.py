@@ -30,7 +30,9 @@ def _pod(**spec: Any) -> dict[str, Any]:
     [
         (["gpu-operator", "agent", "device-plugin"], ["--x"], ("device-plugin", ("--x",))),
         (["/usr/bin/gpu-operator"], ["agent", "gfd", "a"], ("gfd", ("a",))),
-        (["gpu-operator", "operator"], [], None),
+        (["gpu-operator", "operator"], ["--leader-elect"], ("operator", ("--leader-elect",))),
+        (["/bin/gpu-operator", "agent"], [], None),
+        (["gpu-operator", "render"], [], None),
         (["nginx"], [], None),
         ([], [], None),
     ],

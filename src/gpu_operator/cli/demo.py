@@ -1,8 +1,9 @@
 """``gpu-operator demo``: the operator at work on an embedded local cluster with simulated GPU nodes.
 
 The steps: a real control plane starts on 127.0.0.1 and gets the CRDs and the operator's namespace;
-simulated GPU nodes join it (their kubelets run the operator's real agents in this process); the
-operator runs in-process; the default ClusterPolicy brings every node's readiness chain to ready, shown
+simulated GPU nodes join it (their kubelets run the operator's real agents in this process); ``helm
+install`` of the chart runs the operator as a pod on a simulated node, as its service account (``--in-process``:
+a thread of this process instead); the default ClusterPolicy brings every node's readiness chain to ready, shown
 live; a workload pod gets two H100 GPUs and the exporter shows them busy, labelled with the pod; the A100
 node is switched to a MIG geometry and advertises the new resources. Then the cluster stays up for
 ``kubectl`` until Ctrl-C (or not, with ``--no-interactive``) and everything is torn down.
@@ -22,7 +23,8 @@ import click
 from lightkube import Client, codecs
 from rich.console import Console
 
-from gpu_operator.cli.demo_operator import OPERATOR_NAMESPACE, OperatorThread, create_operator_namespace
+from gpu_operator.cli.demo_install import install_operator
+from gpu_operator.cli.demo_operator import OPERATOR_NAMESPACE, create_operator_namespace
 from gpu_operator.cli.demo_progress import watch_until_ready
 from gpu_operator.cli.demo_workload import (
     WORKLOAD_NAMESPACE,
@@ -132,7 +134,7 @@ def _explore(*, console: Console, cluster: LocalCluster, binaries: KubeBinaries,
     console.print(f"operator and agent logs: {log_path}")
 
 
-def run_demo(*, console: Console, interactive: bool, nodes: str = DEFAULT_NODES) -> None:
+def run_demo(*, console: Console, interactive: bool, nodes: str = DEFAULT_NODES, in_process: bool = False) -> None:
     """Run every demo step against a fresh local cluster, then tear it down."""
     try:
         binaries = locate_binaries(required=ALL_BINARIES)
@@ -147,7 +149,8 @@ def run_demo(*, console: Console, interactive: bool, nodes: str = DEFAULT_NODES)
         create_operator_namespace(client=client)
         console.print(f"  namespace {OPERATOR_NAMESPACE} (pod-security.kubernetes.io/enforce=privileged)")
         log_path = Path(tempfile.mkstemp(prefix="gpu-operator-demo-", suffix=".log", dir="/tmp")[1])
-        with _log_to(log_path), _system(console=console, cluster=cluster, client=client, nodes=nodes):
+        system = _system(console=console, cluster=cluster, client=client, nodes=nodes, in_process=in_process)
+        with _log_to(log_path), system:
             _explore(console=console, cluster=cluster, binaries=binaries, log_path=log_path)
             if interactive:
                 _wait_for_ctrl_c(console=console, cluster=cluster)
@@ -167,11 +170,11 @@ def _wait_for_ctrl_c(*, console: Console, cluster: LocalCluster) -> None:
 
 
 @contextlib.contextmanager
-def _system(*, console: Console, cluster: LocalCluster, client: Client, nodes: str) -> Iterator[None]:
+def _system(*, console: Console, cluster: LocalCluster, client: Client, nodes: str, in_process: bool) -> Iterator[None]:
     """Steps 2 to 7; the simulated nodes and the operator keep running until the block ends."""
     access = ClusterAccess.from_kubeconfig(cluster.kubeconfig_path)
     recorder = WorkloadRecorder()
-    registry = agent_registry()  # every node agent the operator deploys, by its `gpu-operator agent` name
+    registry = agent_registry()  # every node agent by its `gpu-operator agent` name, and the operator pod
     registry.register_program(WORKLOAD_PROGRAM, recorder.program)
     _step(console, 2, f"Add simulated GPU nodes: {nodes}")
     with Simulator(access=access, registry=registry, name_prefix="demo") as sim:
@@ -179,12 +182,8 @@ def _system(*, console: Console, cluster: LocalCluster, client: Client, nodes: s
         for name in names:
             profile = sim.node(name).profile
             console.print(f"  {name}: {profile.gpu_count} x {profile.gpu_model or 'no GPU'}")
-        _step(console, 3, "Run the operator")
-        console.print(
-            "  the operator runs in-process (its container image cannot run here); on a real cluster: "
-            "helm install gpu-operator deploy/helm/gpu-operator -n gpu-operator --create-namespace"
-        )
-        with OperatorThread(kubeconfig=cluster.kubeconfig_path) as operator:
+        _step(console, 3, "Run the operator" if in_process else "Install the operator with Helm")
+        with install_operator(console=console, cluster=cluster, client=client, in_process=in_process) as operator:
             _step(console, 4, "Apply the default ClusterPolicy and watch every node become ready")
             client.create(codecs.from_dict(POLICY))
             took = watch_until_ready(
@@ -204,17 +203,18 @@ def _system(*, console: Console, cluster: LocalCluster, client: Client, nodes: s
                 switch_mig(console=console, client=client, node=a100, config=MIG_CONFIG, resource=MIG_RESOURCE)
                 console.print(f"  [green]{a100} advertises {MIG_RESOURCE}[/green]")
             console.print("  rolling driver upgrades are not built yet: the demo does not change the driver version")
-            if operator.error is not None or not operator.alive:
-                raise click.ClickException(f"the operator stopped: {operator.error!r}")
+            if (problem := operator.problem()) is not None:
+                raise click.ClickException(problem)
             yield
 
 
 @click.command("demo")
 @click.option("--no-interactive", is_flag=True, help="Run every step to completion and exit (for tests and CI).")
 @click.option("--nodes", default=DEFAULT_NODES, show_default=True, help="Simulated nodes: PROFILE:COUNT,...")
-def demo_command(no_interactive: bool, nodes: str) -> None:
+@click.option("--in-process", is_flag=True, help="Run the operator in a thread instead of installing the chart.")
+def demo_command(no_interactive: bool, nodes: str, in_process: bool) -> None:
     """Show the GPU operator working on an embedded local cluster with simulated GPU nodes."""
     console = Console()
     if not console.is_terminal:
         console.width = max(console.width, WIDE)  # a log or a test capture: keep the node table readable
-    run_demo(console=console, interactive=not no_interactive, nodes=nodes)
+    run_demo(console=console, interactive=not no_interactive, nodes=nodes, in_process=in_process)

@@ -138,7 +138,8 @@ def wait_busy_lines(*, url: str, uuids: list[str], pod: str, timeout: float = 45
         hits = [
             line
             for line in lines
-            if any(u in line for u in uuids) and f'pod="{pod}"' in line and not line.endswith(" 0")
+            # The value as a number: the exporter prints 0.000000, which no "ends with 0" test catches.
+            if any(u in line for u in uuids) and f'pod="{pod}"' in line and float(line.rsplit(" ", 1)[1]) > 0
         ]
         return lines if len(hits) == len(uuids) else None
 

@@ -4,13 +4,17 @@ The operator's rules are the least it needs for what it does:
 
 - nodes: read and patch labels (node labelling, upgrade state); pods: list, delete and evict (driver
   upgrades move GPU pods off a node); DaemonSets cluster-wide: read (the drain skips their pods);
+  PodDisruptionBudgets cluster-wide: read (the upgrade controller plans evictions they allow);
 - its own namespace (a Role): the objects it renders (ConfigMaps, Services, ServiceAccounts,
   DaemonSets, Roles and bindings, ServiceMonitors), ControllerRevisions to judge OnDelete readiness,
   Leases for leader election, and Secrets read-only (to report a missing pull or licensing Secret);
 - cluster-scoped objects it renders: RuntimeClasses, and the operands' ClusterRoles and bindings,
   which it may change or delete **by name only** (creation cannot be limited by name in RBAC);
 - its namespace object, by name, to set the Pod Security labels (``psa.enabled``);
-- CRDs by name, to see whether ServiceMonitors exist; its own resources and their status.
+- CRDs by name, to see whether ServiceMonitors and NFD's NodeFeatures exist; its own resources and their
+  status;
+- its leader-election Lease: create (not limitable by name) and renew, and delete by name only, to hand
+  leadership over at once when it stops.
 
 Kubernetes refuses to let the operator grant permissions it does not hold, so its rules must cover
 every operand rule; :func:`covers` checks that, and a unit test runs it. The Helm chart's
@@ -30,6 +34,8 @@ MANAGE = ("get", "list", "watch", "create", "patch", "update", "delete")
 #: Stands for the operator's namespace in rules; the chart generator turns it into a template value.
 NAMESPACE_PLACEHOLDER = "__OPERATOR_NAMESPACE__"
 EXPORTER_POD_READER = "nvidia-dcgm-exporter-read-pods"
+#: The operator's leader-election Lease (upstream's name; ``gpu_operator.reconcile.operator.LEASE_NAME``).
+LEADER_LEASE = "53822513.nvidia.com"
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,7 @@ OPERAND_CLUSTER_ROLES = tuple(
 )
 WATCHED_CRDS = (
     "servicemonitors.monitoring.coreos.com",
+    "nodefeatures.nfd.k8s-sigs.io",
     "clusterpolicies.nvidia.com",
     "nvidiadrivers.nvidia.com",
 )
@@ -102,6 +109,7 @@ OPERATOR_CLUSTER_RULES = (
     _NODE_LABEL,
     *_POD_REMOVE,
     Rule(("apps",), ("daemonsets",), READ),
+    Rule(("policy",), ("poddisruptionbudgets",), READ),
     Rule(("",), ("namespaces",), ("get", "patch"), (NAMESPACE_PLACEHOLDER,)),
     Rule(("",), ("events",), ("create", "patch")),
     Rule(("events.k8s.io",), ("events",), ("create", "patch")),
@@ -126,6 +134,7 @@ OPERATOR_NAMESPACE_RULES = (
     Rule(("apps",), ("controllerrevisions",), READ),
     Rule(("rbac.authorization.k8s.io",), ("roles", "rolebindings"), MANAGE),
     Rule(("coordination.k8s.io",), ("leases",), ("get", "create", "update", "patch")),
+    Rule(("coordination.k8s.io",), ("leases",), ("delete",), (LEADER_LEASE,)),
     Rule(("monitoring.coreos.com",), ("servicemonitors",), MANAGE),
 )
 

@@ -1,9 +1,10 @@
-"""The operator's node agents as simulator programs.
+"""The operator's node agents, and the operator itself, as simulator programs.
 
 ``gpu-operator sim up`` runs what the operator deploys: a container ``gpu-operator agent NAME`` on a
 simulated node runs the same ``async def main(ctx)`` the real container runs, with the simulator's
 :class:`~gpu_operator.sim.context.ProgramContext` (which provides everything
-``gpu_operator.agents.runtime.AgentContext`` asks for).
+``gpu_operator.agents.runtime.AgentContext`` asks for). The Helm chart's operator pod
+(``gpu-operator operator``) runs :func:`~gpu_operator.sim.operatorpod.operator_program`.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from gpu_operator.agents.migmanager import program as mig_manager
 from gpu_operator.agents.nodestatus import program as node_status_exporter
 from gpu_operator.agents.toolkit import program as toolkit
 from gpu_operator.agents.validator import program as validator
+from gpu_operator.sim.operatorpod import PROGRAM as OPERATOR_PROGRAM
+from gpu_operator.sim.operatorpod import operator_program
 from gpu_operator.sim.programs import ProgramRegistry, default_registry
 
 
 def agent_registry() -> ProgramRegistry:
-    """The built-in test programs plus every node agent, by the names ``gpu-operator agent`` accepts."""
+    """The built-in test programs plus every node agent, by the names ``gpu-operator agent`` accepts, and the
+    operator (``gpu-operator operator``)."""
     registry = default_registry()
     registry.register_program("device-plugin", device_plugin.main)
     registry.register_program("feature-discovery", feature_discovery.main)
@@ -32,4 +36,5 @@ def agent_registry() -> ProgramRegistry:
     registry.register_program("mig-manager", mig_manager.main)
     registry.register_program("driver-manager", driver_manager.main)
     registry.register_program("driver", driver_program.main)
+    registry.register_program(OPERATOR_PROGRAM, operator_program)
     return registry

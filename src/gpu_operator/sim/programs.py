@@ -1,7 +1,9 @@
 """The programs a simulated container can run, and how a container command names one.
 
 The operator deploys its agents as ``gpu-operator agent NAME ARGS...`` (the command and args of our own
-image). The simulator looks NAME up in a :class:`ProgramRegistry` (one per simulator, no module state) and
+image), and the Helm chart runs the operator itself as ``gpu-operator operator ARGS...``. The simulator
+looks the program up in a :class:`ProgramRegistry` (one per simulator, no module state) -- NAME for an
+agent, the verb for the other commands of our image that a pod may run (:data:`PROGRAM_VERBS`) -- and
 runs the entrypoint in-process with a per-container :class:`~gpu_operator.sim.context.ProgramContext`:
 coroutine functions as tasks in the simulator's event loop (preferred: they scale to thousands of nodes),
 plain functions in a thread of their own. Anything else in a container command is not ours: the container
@@ -24,6 +26,9 @@ from gpu_operator.sim.context import ProgramContext, ProgramExit
 Program = Callable[[ProgramContext], Awaitable[None] | None]
 EXECUTABLE = "gpu-operator"
 AGENT_VERB = "agent"
+#: Commands of our image that run as a pod without an agent NAME: ``gpu-operator operator ARGS...`` runs the
+#: program registered as ``operator`` (the Helm chart's Deployment; see ``gpu_operator.sim.operatorpod``).
+PROGRAM_VERBS = frozenset({"operator"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,11 +39,16 @@ class ProgramSpec:
 
 
 def parse_command(*, command: Sequence[str], args: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
-    """``(NAME, ARGS)`` when the container runs ``[.../]gpu-operator agent NAME ARGS...``, else None."""
+    """``(PROGRAM, ARGS)`` when the container runs ``[.../]gpu-operator agent NAME ARGS...`` (PROGRAM is NAME)
+    or ``[.../]gpu-operator VERB ARGS...`` with VERB in :data:`PROGRAM_VERBS` (PROGRAM is VERB), else None."""
     argv = [*command, *args]
-    if len(argv) < 3 or PurePosixPath(argv[0]).name != EXECUTABLE or argv[1] != AGENT_VERB:
+    if len(argv) < 2 or PurePosixPath(argv[0]).name != EXECUTABLE:
         return None
-    return argv[2], tuple(argv[3:])
+    if argv[1] == AGENT_VERB:
+        return (argv[2], tuple(argv[3:])) if len(argv) >= 3 else None
+    if argv[1] in PROGRAM_VERBS:
+        return argv[1], tuple(argv[2:])
+    return None
 
 
 class ProgramRegistry:
