@@ -24,8 +24,9 @@ from gpu_operator.render import OperatorSettings
 class OperatorThread:
     """The operator's asyncio loop in a thread, as in its own process; ``restart()`` replaces the process."""
 
-    def __init__(self, *, cluster: LocalCluster, namespace: str) -> None:
+    def __init__(self, *, cluster: LocalCluster, namespace: str, max_driver_restarts: int | None = None) -> None:
         self.cluster, self.namespace = cluster, namespace
+        self.max_driver_restarts = max_driver_restarts
         self.operator: Operator | None = None
         self.loop = asyncio.new_event_loop()
         self.stop = asyncio.Event()
@@ -37,6 +38,8 @@ class OperatorThread:
                 config=KubeConfig.from_file(self.cluster.kubeconfig_path), field_manager="gpu-operator"
             )
             self.operator = Operator(client=client, namespace=self.namespace, settings=OperatorSettings())
+            if self.max_driver_restarts is not None:
+                self.operator.max_driver_restarts = self.max_driver_restarts
             try:
                 await self.operator.run(stop=self.stop, leader_election=True)
             finally:

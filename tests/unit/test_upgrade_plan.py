@@ -189,7 +189,15 @@ def test_validation_needs_a_validator_newer_than_the_driver() -> None:
     drv = driver(sync=True, created=NOW - 60)
     stale = node("a", m.VALIDATION, unschedulable=True, drv=drv, validators=[pod("v", gpu=False, created=NOW - 600)],
                  annotations={m.VALIDATION_START: str(int(NOW - 30))})  # fmt: skip
-    assert after(run([stale], knobs()), "a") == m.VALIDATION
+    waiting = run([stale], knobs()).step("a")
+    assert waiting is not None
+    assert waiting.after == m.VALIDATION
+    assert waiting.restart == ("work/v",)  # re-run against the new driver
+    terminating = node("a", m.VALIDATION, unschedulable=True, drv=drv,
+                       validators=[pod("v", gpu=False, created=NOW - 600, terminating=True)])  # fmt: skip
+    again = run([terminating], knobs()).step("a")
+    assert again is not None
+    assert again.restart == ()  # never twice
     fresh = node("a", m.VALIDATION, unschedulable=True, drv=drv, validators=[pod("v", gpu=False, created=NOW - 10)])
     step = run([fresh], knobs()).step("a")
     assert step is not None

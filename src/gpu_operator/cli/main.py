@@ -17,6 +17,7 @@ from gpu_operator.cli.operator import operator_command
 from gpu_operator.cli.render import render_command
 from gpu_operator.cli.sim import sim_group
 from gpu_operator.cli.status import status_command
+from gpu_operator.cli.upgrade import upgrade_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,6 +35,7 @@ cli.add_command(sim_group)
 cli.add_command(operator_command)
 cli.add_command(render_command)
 cli.add_command(status_command)
+cli.add_command(upgrade_group)
 
 
 def main() -> None:

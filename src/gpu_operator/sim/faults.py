@@ -10,6 +10,7 @@ restarted per the restart policy).
 
 from __future__ import annotations
 
+from gpu_operator.agents.drivermanager.modules import FAIL_INSTALL_MARKER
 from gpu_operator.gpu.backend import GpuError
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.sim.node import SimNode
@@ -55,6 +56,17 @@ async def recover_gpu(node: SimNode, *, gpu: int) -> str:
 async def restart_kubelet(node: SimNode) -> str:
     await node.restart_kubelet()
     return f"kubelet on {node.name} restarted (device-plugin sockets removed; plugins must re-register)"
+
+
+async def fail_driver_install(node: SimNode, *, version: str = "", fail: bool = True) -> str:
+    """Make the node's driver install fail (for ``version`` only, or any version), or heal it again."""
+    marker = node.host_root / FAIL_INSTALL_MARKER
+    if not fail:
+        marker.unlink(missing_ok=True)
+        return f"{node.name}: driver installs succeed again"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(version + "\n", encoding="utf-8")
+    return f"{node.name}: installing driver {version or 'of any version'} fails"
 
 
 async def set_ready(node: SimNode, *, ready: bool, heartbeats: bool = True) -> str:

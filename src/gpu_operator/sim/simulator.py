@@ -254,6 +254,9 @@ class Simulator:
     def restart_kubelet(self, node: str) -> str:
         return self.call(faults.restart_kubelet(self.node(node)))
 
+    def fail_driver_install(self, node: str, *, version: str = "", fail: bool = True) -> str:
+        return self.call(faults.fail_driver_install(self.node(node), version=version, fail=fail))
+
     def set_ready(self, node: str, *, ready: bool, heartbeats: bool = True) -> str:
         return self.call(faults.set_ready(self.node(node), ready=ready, heartbeats=heartbeats))
 

@@ -30,6 +30,7 @@ GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 PODS_NEEDED = frozenset({m.CORDON, m.WAIT_FOR_JOBS, m.POD_DELETION, m.DRAIN})
 VALIDATORS_NEEDED = frozenset({m.POD_RESTART, m.VALIDATION})
 CLUSTER_POLICY = ""  # the partition key of the ClusterPolicy's driver
+ALL = "*"  # every namespace (lightkube lists the default namespace when given none)
 
 
 def _seconds(stamp: str | None) -> float:
@@ -75,6 +76,13 @@ def _env(template: JSON, name: str) -> str:
     return ""
 
 
+def _startup(status: JSON) -> float | None:
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    if not ready or ready.get("status") != "True" or not status.get("startTime"):
+        return None
+    return max(_seconds(ready.get("lastTransitionTime")) - _seconds(status["startTime"]), 0.0)
+
+
 def _not_ready_restarts(status: JSON) -> tuple[int, str]:
     restarts, reason = 0, ""
     for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
@@ -103,6 +111,8 @@ def driver_view(pod: JSON, *, daemonset: JSON | None, newest_hash: str | None) -
         created=_seconds(meta.get("creationTimestamp")),
         version=_env(pod, "DRIVER_VERSION"),
         target_version=_env(template, "DRIVER_VERSION"),
+        digest=digest,
+        startup_seconds=_startup(status),
     )
 
 
@@ -165,7 +175,8 @@ class Cluster:
         return tuple(out)
 
 
-async def read_cluster(kube: Kube, *, namespace: str) -> Cluster:
+async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -> Cluster:
+    """One pass's view; ``every_pod`` reads all pods at once (the preview needs every node's pods)."""
     sets = await kube.list_objects("apps/v1", "DaemonSet", namespace=namespace, labels=DRIVER_SELECTOR)
     revisions = await kube.list_objects("apps/v1", "ControllerRevision", namespace=namespace, labels=DRIVER_SELECTOR)
     pods = await kube.list_objects("v1", "Pod", namespace=namespace, labels=DRIVER_SELECTOR)
@@ -191,13 +202,28 @@ async def read_cluster(kube: Kube, *, namespace: str) -> Cluster:
             selector=from_label_selector((b.get("spec") or {}).get("selector")),
             disruptions_allowed=int((b.get("status") or {}).get("disruptionsAllowed", 0)),
         )
-        for b in await kube.list_objects("policy/v1", "PodDisruptionBudget")
+        for b in await kube.list_objects("policy/v1", "PodDisruptionBudget", namespace=ALL)
     )
     cluster = Cluster(nodes=nodes, drivers=drivers, budgets=budgets)
+    if every_pod:
+        cluster.node_pods = {name: [] for name in nodes}
+        cluster.node_validators = {name: [] for name in nodes}
+        for pod in await kube.list_objects("v1", "Pod", namespace=ALL):
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if node_name in cluster.node_pods:
+                cluster.node_pods[node_name].append(pod)
+                labels = pod["metadata"].get("labels") or {}
+                if pod["metadata"].get("namespace") == namespace and all(
+                    labels.get(k) == v for k, v in VALIDATOR_SELECTOR.items()
+                ):
+                    cluster.node_validators[node_name].append(pod)
+        return cluster
     for name, node in nodes.items():
         state = (node["metadata"].get("labels") or {}).get(m.STATE_LABEL, "")
         if state in PODS_NEEDED:
-            cluster.node_pods[name] = await kube.list_objects("v1", "Pod", fields={"spec.nodeName": name})
+            cluster.node_pods[name] = await kube.list_objects(
+                "v1", "Pod", namespace=ALL, fields={"spec.nodeName": name}
+            )
         if state in VALIDATORS_NEEDED:
             cluster.node_validators[name] = await kube.list_objects(
                 "v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR, fields={"spec.nodeName": name}

@@ -93,6 +93,9 @@ async def apply_step(kube: Kube, step: Step, applied: Applied) -> None:
         namespace, name = step.delete_driver.split("/", 1)
         if await kube.delete("v1", "Pod", name, namespace=namespace):
             applied.deleted += 1
+    for key in step.restart:
+        namespace, name = key.split("/", 1)
+        await kube.delete("v1", "Pod", name, namespace=namespace)
     if step.transitions:
         await _event(kube, step)
 

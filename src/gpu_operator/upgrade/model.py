@@ -97,6 +97,8 @@ class DriverPodView:
     created: float = 0.0
     version: str = ""  # DRIVER_VERSION of the pod (for messages and the preview)
     target_version: str = ""  # DRIVER_VERSION of the DaemonSet's template
+    digest: str = ""  # the pod's DRIVER_CONFIG_DIGEST
+    startup_seconds: float | None = None  # from the pod's start to Ready: what an install took here
 
     @property
     def key(self) -> str:

@@ -257,7 +257,10 @@ def _validation(work: Work, _slots: list[int]) -> bool:
         return False
     driver = work.node.driver
     born = driver.created if driver is not None else 0.0
-    # A validator pod older than the driver pod validated the old driver: it does not count.
+    # A validator pod older than the driver pod validated the old driver: it does not count, and it
+    # is restarted so that its checks run against the new driver.
+    stale = [v for v in work.node.validators if v.created < born and not v.terminating]
+    work.restart.extend(v.key for v in stale)
     fresh = [v for v in work.node.validators if v.created >= born and not v.terminating]
     if fresh and all(v.phase == "Running" and v.ready for v in fresh):
         work.leave_maintenance("validation passed")

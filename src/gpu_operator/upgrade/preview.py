@@ -82,8 +82,9 @@ class _Virtual:
     def apply(self, step: Step, now: float) -> bool:
         """Apply ``step`` as the cluster would; False when nothing changed (e.g. only a refused eviction)."""
         node = self.nodes[step.node]
-        evicted = set(step.evict)
+        evicted = set(step.evict) | set(step.restart)
         pods = tuple(p for p in node.pods if p.key not in evicted or _blocked(p, self.snapshot))
+        validators = tuple(v for v in node.validators if v.key not in evicted)
         driver = node.driver
         if step.delete_driver and driver is not None:
             driver = dataclasses.replace(
@@ -97,6 +98,7 @@ class _Virtual:
             annotations=_merge(node.annotations, step.annotations),
             unschedulable=node.unschedulable if step.unschedulable is None else step.unschedulable,
             pods=pods,
+            validators=validators,
             driver=driver,
         )
         return self.nodes[step.node] != node
@@ -108,7 +110,9 @@ class _Virtual:
             if when <= now and node.driver is not None:
                 validator = PodView(namespace="virtual", name=f"validator-{name}", created=now, ready=True)
                 driver = dataclasses.replace(node.driver, ready=True)
-                self.nodes[name] = dataclasses.replace(node, driver=driver, validators=(validator,))
+                self.nodes[name] = dataclasses.replace(
+                    node, driver=driver, validators=(validator,), validators_known=True
+                )
                 del self.ready_at[name]
 
     def next_moment(self, now: float, knobs: Knobs) -> float | None:

@@ -32,6 +32,7 @@ class Step:
     unschedulable: bool | None = None  # None: leave the cordon alone
     evict: tuple[str, ...] = ()  # "namespace/name" of pods to evict
     delete_driver: str | None = None  # "namespace/name"
+    restart: tuple[str, ...] = ()  # "namespace/name" of stale validator pods to delete (their DaemonSet recreates them)
     transitions: tuple[tuple[str, str, str], ...] = ()  # (from, to, why) for Events
     waiting: str = ""  # why the node did not move further
     failed: bool = False
@@ -42,7 +43,7 @@ class Step:
 
     @property
     def acts(self) -> bool:
-        return self.changes_node or bool(self.evict or self.delete_driver)
+        return self.changes_node or bool(self.evict or self.delete_driver or self.restart)
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Work:
     unschedulable: bool | None = None
     evict: list[str] = field(default_factory=list)
     delete_driver: str | None = None
+    restart: list[str] = field(default_factory=list)
     transitions: list[tuple[str, str, str]] = field(default_factory=list)
     waiting: str = ""
     failed: bool = False
@@ -144,6 +146,7 @@ class Work:
             unschedulable=self.unschedulable,
             evict=tuple(dict.fromkeys(self.evict)),
             delete_driver=self.delete_driver,
+            restart=tuple(self.restart),
             transitions=tuple(self.transitions),
             waiting=self.waiting,
             failed=self.failed,

@@ -22,6 +22,8 @@ from typing import Protocol
 UNLOAD_ORDER = ("nvidia_modeset", "nvidia_uvm", "nvidia_peermem", "nvidia_fs", "nvidia_vgpu_vfio", "gdrdrv", "nvidia")
 LOAD_ORDER = ("nvidia", "nvidia-uvm", "nvidia-modeset")
 SIMULATED_FILES = ("usr/bin/nvidia-smi", "usr/bin/nvidia-persistenced")
+#: On a simulated node, this host file makes driver installs fail (its text: one version, or empty for all).
+FAIL_INSTALL_MARKER = "etc/simulated-driver/fail-install"
 
 
 class ModuleError(Exception):
@@ -182,6 +184,12 @@ class SimulatedDriver:
             self.set_present(False)
 
     def install(self, *, version: str, kernel: str) -> None:
+        # A fault the simulator injects: the install of this version (or any, when empty) fails.
+        marker = self.host_root / FAIL_INSTALL_MARKER
+        if marker.exists():
+            wanted = marker.read_text(encoding="utf-8").strip()
+            if not wanted or wanted == version:
+                raise ModuleError(f"simulated install failure of driver {version} for kernel {kernel}")
         self.version = version
         if self.set_version is not None:
             self.set_version(version)

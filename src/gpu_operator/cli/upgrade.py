@@ -1,0 +1,143 @@
+"""``gpu-operator upgrade plan``: a dry-run preview of a driver rollout, before anything changes.
+
+From the live cluster (``--kubeconfig`` or ``KUBECONFIG``) and, with ``--policy FILE``, a proposed
+ClusterPolicy (``upgrade_proposal`` asks the API server, as a dry run, which driver pods the change
+would put out of date), it prints the waves in which nodes will be upgraded, the pods each node will
+evict or wait for, what blocks (PodDisruptionBudgets, skip labels, cordoned or unready nodes, images
+that cannot be pulled), and an estimated duration from the install time measured on the current
+driver pods. The same pure ``plan()`` the operator runs produces it. ``-o json`` for machines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gpu_operator.api.validation import DocumentError, load_file
+from gpu_operator.cli.upgrade_proposal import Proposal, build_proposal
+from gpu_operator.upgrade.preview import Preview, preview
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def to_json(result: Preview, proposal: Proposal) -> dict[str, Any]:
+    knobs = result.knobs
+    return {
+        "autoUpgrade": knobs.auto_upgrade,
+        "maxParallelUpgrades": knobs.max_parallel,
+        "maxUnavailable": knobs.max_unavailable,
+        "installSeconds": result.install_seconds,
+        "installSecondsMeasured": proposal.measured,
+        "estimatedSeconds": result.estimated_seconds,
+        "waves": [{"index": w.index, "startSeconds": w.start_seconds, "nodes": list(w.nodes)} for w in result.waves],
+        "nodes": [
+            {
+                "node": f.node,
+                "version": f.version,
+                "targetVersion": f.target_version,
+                "wave": f.wave,
+                "restartOnly": f.fast_path,
+                "evicts": f.evict,
+                "waitsFor": f.wait_for,
+                "blockers": f.blockers,
+                "outcome": f.outcome,
+            }
+            for f in result.nodes
+        ],
+        "notes": proposal.notes,
+    }
+
+
+def _print(console: Console, result: Preview, proposal: Proposal) -> None:
+    moving = [f for f in result.nodes if f.wave is not None]
+    knobs = result.knobs
+    source = "measured on the current driver pods" if proposal.measured else "assumed: no driver pod to measure"
+    console.print(
+        f"[bold]Driver upgrade preview[/bold]: {len(moving)} of {len(result.nodes)} node(s) in "
+        f"{len(result.waves)} wave(s) (maxParallelUpgrades={knobs.max_parallel or 'unlimited'}, "
+        f"maxUnavailable={knobs.max_unavailable}); estimated {_duration(result.estimated_seconds)} "
+        f"at {_duration(result.install_seconds)} per node ({source})"
+    )
+    waves = Table(title="Waves")
+    for column in ("wave", "starts after", "nodes"):
+        waves.add_column(column)
+    for wave in result.waves:
+        waves.add_row(str(wave.index), _duration(wave.start_seconds), ", ".join(wave.nodes))
+    console.print(waves)
+    nodes = Table(title="Nodes")
+    for column in ("node", "driver", "wave", "evicts", "waits for", "outcome / blockers"):
+        nodes.add_column(column)
+    for f in result.nodes:
+        change = f"{f.version} -> {f.target_version}" if f.version != f.target_version else f.version
+        if f.fast_path and f.wave is not None:
+            change += " (restart only)"
+        outcome = f.outcome if not f.blockers else f"{f.outcome}: " + "; ".join(f.blockers)
+        nodes.add_row(f.node, change, str(f.wave or "-"), ", ".join(f.evict) or "-", "; ".join(f.wait_for) or "-",
+                      outcome)  # fmt: skip
+    console.print(nodes)
+    for note in proposal.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+
+
+async def _run(*, kubeconfig: str | None, namespace: str, policy: dict[str, Any] | None) -> Proposal:
+    from lightkube import AsyncClient, KubeConfig  # noqa: PLC0415 - keep other commands light
+
+    from gpu_operator.kube.api import Kube  # noqa: PLC0415
+
+    config = KubeConfig.from_file(kubeconfig) if kubeconfig else None
+    client = AsyncClient(config=config) if config else AsyncClient()
+    try:
+        return await build_proposal(Kube(client), namespace=namespace, policy_doc=policy)
+    finally:
+        await client.close()
+
+
+def _policy(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        docs = [d for d in load_file(path) if isinstance(d, dict) and d.get("kind") == "ClusterPolicy"]
+    except DocumentError as error:
+        raise click.ClickException(str(error)) from error
+    if len(docs) != 1:
+        raise click.ClickException(f"{path}: expected one ClusterPolicy, found {len(docs)}")
+    return docs[0]
+
+
+@click.group("upgrade")
+def upgrade_group() -> None:
+    """Rolling driver upgrades."""
+
+
+@upgrade_group.command("plan")
+@click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig file (default: in-cluster or ~/.kube/config).")
+@click.option("--namespace", default="gpu-operator", show_default=True, help="The operator namespace.")
+@click.option("--policy", "policy_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="A proposed ClusterPolicy; without it, the rollout the live policy implies.")  # fmt: skip
+@click.option("--install-seconds", type=float, help="Time per node install (default: measured on the cluster).")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def plan_command(
+    kubeconfig: str | None, namespace: str, policy_file: Path | None, install_seconds: float | None, output: str
+) -> None:
+    """Preview the driver rollout: waves, evictions, waits, blockers and duration. Changes nothing."""
+    try:
+        proposal = asyncio.run(_run(kubeconfig=kubeconfig, namespace=namespace, policy=_policy(policy_file)))
+    except ValueError as error:  # an invalid policy: pydantic's message names the fields
+        raise click.ClickException(f"{policy_file or 'the live ClusterPolicy'}: {error}") from error
+    if install_seconds is not None:
+        proposal.install_seconds, proposal.measured = install_seconds, False
+    result = preview(proposal.snapshot, proposal.knobs, install_seconds=proposal.install_seconds)
+    if output == "json":
+        click.echo(json.dumps(to_json(result, proposal), indent=2))
+    else:
+        _print(Console(), result, proposal)

@@ -1,0 +1,141 @@
+"""What a proposed ClusterPolicy would do to the driver pods of the live cluster (for ``upgrade plan``).
+
+The proposed policy is rendered exactly as the operator would render it (same facts, same operator
+settings, read from the operator Deployment when there is one), and each driver DaemonSet is sent to
+the API server as a server-side-apply **dry run**: the server answers with the object it would store,
+defaults included, so comparing its pod template with the live one says precisely whether a new
+revision (and so an upgrade of every pod) would follow. Nothing is written. The result is the
+snapshot and knobs the pure preview runs on, plus notes about what the preview cannot roll (a
+DaemonSet that would be replaced under a new name deletes its pods at once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightkube import ApiError, codecs
+
+from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.api.defaults import is_enabled
+from gpu_operator.kube.api import JSON, Kube, strip
+from gpu_operator.reconcile.clusterpolicy import gather_facts
+from gpu_operator.render import OperatorSettings, render
+from gpu_operator.render.meta import with_owner
+from gpu_operator.upgrade.collect import CLUSTER_POLICY, DRIVER_SELECTOR, Cluster, read_cluster
+from gpu_operator.upgrade.controller import knobs_for, snapshot_of
+from gpu_operator.upgrade.model import DriverPodView, Knobs, Snapshot, knobs_from
+
+DEFAULT_INSTALL_SECONDS = 300.0  # when no driver pod has become ready yet to measure
+
+
+@dataclass(kw_only=True)
+class Proposal:
+    snapshot: Snapshot
+    knobs: Knobs
+    install_seconds: float
+    measured: bool  # install_seconds comes from the live driver pods
+    notes: list[str] = field(default_factory=list)
+
+
+def _env(template: JSON, name: str) -> str:
+    for c in (template.get("spec") or {}).get("containers") or []:
+        for e in c.get("env") or []:
+            if e.get("name") == name:
+                return str(e.get("value", ""))
+    return ""
+
+
+async def _settings(kube: Kube, *, namespace: str) -> OperatorSettings:
+    deployments = await kube.list_objects("apps/v1", "Deployment", namespace=namespace, labels={"app": "gpu-operator"})
+    for deployment in deployments:
+        for container in deployment["spec"]["template"]["spec"].get("containers") or []:
+            env = {e["name"]: str(e.get("value", "")) for e in container.get("env") or [] if "name" in e}
+            return OperatorSettings.from_env(env)
+    return OperatorSettings()
+
+
+async def _proposed_templates(
+    kube: Kube, *, policy: ClusterPolicy, live_policy: JSON | None, namespace: str, notes: list[str]
+) -> dict[str, JSON]:
+    """Driver DaemonSet name -> the pod template the API server would store for it."""
+    nodes = await kube.list_objects("v1", "Node")
+    precompiled = bool(policy.spec.driver.use_precompiled)
+    facts = await gather_facts(kube, nodes=nodes, namespace=namespace, precompiled=precompiled)
+    states = render(policy, facts, operator=await _settings(kube, namespace=namespace))
+    owner = live_policy or {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "preview"}}
+    out = {}
+    for state in states:
+        for obj in state.objects if state.enabled else ():
+            if obj["kind"] != "DaemonSet":
+                continue
+            labels = (obj["spec"]["template"].get("metadata") or {}).get("labels") or {}
+            if not all(labels.get(k) == v for k, v in DRIVER_SELECTOR.items()):
+                continue
+            body = with_owner(obj, owner=owner) if "uid" in owner["metadata"] else obj
+            try:
+                stored = await kube.client.apply(
+                    codecs.from_dict(body), field_manager=kube.field_manager, force=True, dry_run=True
+                )
+            except ApiError as error:
+                notes.append(f"DaemonSet {obj['metadata']['name']}: the API server refused it: {error.status.message}")
+                continue
+            out[obj["metadata"]["name"]] = strip(stored)["spec"]["template"]
+    return out
+
+
+def _propose(driver: DriverPodView, *, live: JSON, proposed: JSON) -> DriverPodView:
+    if live == proposed:
+        return driver
+    digest = _env(proposed, "DRIVER_CONFIG_DIGEST")
+    same = bool(digest) and digest == driver.digest  # a restart would not need a reinstall
+    return dataclasses.replace(
+        driver, in_sync=False, same_config=same, target_version=_env(proposed, "DRIVER_VERSION") or driver.version
+    )
+
+
+def _install_seconds(cluster: Cluster) -> tuple[float, bool]:
+    measured = [d.startup_seconds for _, d in cluster.drivers.values() if d.startup_seconds is not None]
+    return (statistics.median(measured), True) if measured else (DEFAULT_INSTALL_SECONDS, False)
+
+
+async def build_proposal(kube: Kube, *, namespace: str, policy_doc: dict[str, Any] | None) -> Proposal:
+    """The live cluster's ClusterPolicy partition, as it would be under ``policy_doc`` (None: as it is)."""
+    cluster = await read_cluster(kube, namespace=namespace, every_pod=True)
+    notes: list[str] = []
+    install, measured = _install_seconds(cluster)
+    if policy_doc is None:
+        knobs = (await knobs_for(kube, max_driver_restarts=10)).get(CLUSTER_POLICY, Knobs())
+        if isinstance(knobs, str):
+            raise ValueError(knobs)
+        return Proposal(snapshot=snapshot_of(cluster, partition=CLUSTER_POLICY, now=0.0), knobs=knobs,
+                        install_seconds=install, measured=measured, notes=notes)  # fmt: skip
+    policy = ClusterPolicy.model_validate(policy_doc)
+    sandbox = is_enabled(policy.spec, section="sandboxWorkloads")
+    knobs = knobs_from(policy.spec.driver.upgrade_policy, sandbox=sandbox)
+    live_policies = await kube.list_objects("nvidia.com/v1", "ClusterPolicy")
+    live_policy = next((p for p in live_policies if p["metadata"]["name"] == policy.metadata.name), None)
+    templates = await _proposed_templates(
+        kube, policy=policy, live_policy=live_policy, namespace=namespace, notes=notes
+    )
+    live_sets = {
+        d["metadata"]["name"]: d
+        for d in await kube.list_objects("apps/v1", "DaemonSet", namespace=namespace, labels=DRIVER_SELECTOR)
+    }
+    for name in sorted(set(live_sets) - set(templates)):
+        if not (live_sets[name]["metadata"].get("labels") or {}).get("nvidia.com/gpu-operator.driver"):
+            notes.append(f"DaemonSet {name} would be removed: its driver pods are deleted at once, not rolled")
+    for node, (partition, driver) in list(cluster.drivers.items()):
+        if partition != CLUSTER_POLICY or driver.daemonset not in templates:
+            continue
+        live = live_sets[driver.daemonset]["spec"]["template"]
+        cluster.drivers[node] = (partition, _propose(driver, live=live, proposed=templates[driver.daemonset]))
+    snapshot = snapshot_of(cluster, partition=CLUSTER_POLICY, now=0.0)
+    for view in snapshot.nodes:
+        if view.driver and view.driver.waiting_reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
+            notes.append(f"{view.name}: the driver image cannot be pulled now ({view.driver.waiting_reason})")
+    if not knobs.auto_upgrade:
+        notes.append("driver.upgradePolicy.autoUpgrade is off: the operator will not roll the change")
+    return Proposal(snapshot=snapshot, knobs=knobs, install_seconds=install, measured=measured, notes=notes)
