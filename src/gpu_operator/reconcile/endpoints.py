@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 
 from gpu_operator.reconcile.clusterpolicy import Outcome
+from gpu_operator.upgrade.controller import UpgradeOutcome
+from gpu_operator.upgrade.model import DONE, FAILED, REQUIRED, UNKNOWN
 
 
 @dataclass
@@ -26,9 +28,11 @@ class OperatorMetrics:
     api_requests: int = 0
     passes_by_state: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
+    upgrades: UpgradeOutcome | None = None
 
-    def observe(self, outcome: Outcome, *, api_requests: int) -> None:
+    def observe(self, outcome: Outcome, *, api_requests: int, upgrades: UpgradeOutcome | None = None) -> None:
         self.reconciliation_total += 1
+        self.upgrades = upgrades
         self.api_requests = api_requests
         state = outcome.status.state if outcome.status else "none"
         self.passes_by_state[state] = self.passes_by_state.get(state, 0) + 1
@@ -64,7 +68,36 @@ class OperatorMetrics:
             f'gpu_operator_reconciliation_outcomes_total{{state="{k}"}} {v}'
             for k, v in sorted(self.passes_by_state.items())
         ]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + upgrade_lines(self.upgrades)) + "\n"
+
+
+def upgrade_lines(upgrades: UpgradeOutcome | None) -> list[str]:
+    """Upstream's driver-upgrade gauges, summed over the ClusterPolicy and NVIDIADriver partitions."""
+    parts = upgrades.partitions if upgrades is not None else ()
+    counts: dict[str, int] = {}
+    for part in parts:
+        for state, n in part.counts.items():
+            counts[state] = counts.get(state, 0) + n
+    idle = (UNKNOWN, DONE, REQUIRED, FAILED)
+    values = {
+        "driver_auto_upgrade_enabled": ("1 when any driver partition upgrades automatically.",
+                                        int(any(p.knobs.auto_upgrade for p in parts))),
+        "nodes_upgrades_in_progress": ("Nodes between cordon and uncordon.",
+                                       sum(n for s, n in counts.items() if s not in idle)),
+        "nodes_upgrades_done": ("Nodes upgrade-done.", counts.get(DONE, 0)),
+        "nodes_upgrades_failed": ("Nodes upgrade-failed.", counts.get(FAILED, 0)),
+        "nodes_upgrades_pending": ("Nodes upgrade-required, waiting for a slot.", counts.get(REQUIRED, 0)),
+        "nodes_upgrades_available": ("Upgrade slots free in the last pass.",
+                                     sum(p.plan.slots for p in parts if p.plan is not None)),
+    }  # fmt: skip
+    lines = []
+    for name, (text, value) in values.items():
+        lines += [
+            f"# HELP gpu_operator_{name} {text}",
+            f"# TYPE gpu_operator_{name} gauge",
+            f"gpu_operator_{name} {value}",
+        ]
+    return lines
 
 
 def _parse_address(address: str) -> tuple[str, int]:

@@ -141,7 +141,7 @@ async def operator_program(ctx: ProgramContext) -> None:
     operator = Operator(client=client, namespace=flags.namespace, settings=OperatorSettings.from_env(ctx.env))
 
     async def observed(outcome: Outcome) -> None:
-        metrics.observe(outcome, api_requests=operator.api_requests)
+        metrics.observe(outcome, api_requests=operator.api_requests, upgrades=operator.upgrades)
         if not ready.is_set():
             ready.set()
             ctx.set_ready(True)
