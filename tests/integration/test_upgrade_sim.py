@@ -247,11 +247,16 @@ def test_rolling_driver_upgrade_of_20_nodes(
     events = [e.to_dict() for e in client.list(Event, namespace="default", fields={"reason": m.EVENT_REASON})]
     assert any(e["involvedObject"]["name"] == failing and e["type"] == "Warning" for e in events)
     wait_for(lambda: _running(client, namespace) == 4, timeout=120, describe="evicted trainers running again")
+    progress = _upgrade_status(client)
+    assert progress["autoUpgrade"] is True
+    assert progress["nodes"] == {m.DONE: 19, m.FAILED: 1}
+    assert progress["message"].startswith("0 upgrading, 19 done, 1 failed of 20 node(s)")
 
     # The failed node recovers by itself once its driver installs (the container's next restart).
     simulator.fail_driver_install(failing, fail=False)
     wait_for(lambda: _states(client, [failing])[failing] == m.DONE, timeout=180, describe="failed node recovered")
     assert not client.get(Node, failing).to_dict()["spec"].get("unschedulable")
+    wait_for(lambda: _upgrade_status(client).get("nodes") == {m.DONE: 20}, timeout=30, describe="status: 20 done")
 
 
 def _offsets(waves: list[list[str]]) -> Iterator[tuple[int, list[str]]]:
@@ -259,6 +264,11 @@ def _offsets(waves: list[list[str]]) -> Iterator[tuple[int, list[str]]]:
     for wave in waves:
         yield offset, wave
         offset += len(wave)
+
+
+def _upgrade_status(client: Client) -> JSON:
+    obj: JSON = client.get(ClusterPolicyResource, "cluster-policy").to_dict()  # type: ignore[no-untyped-call]
+    return dict((obj.get("status") or {}).get("driverUpgrade") or {})
 
 
 def _ready_policy(client: Client) -> bool:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from gpu_operator.reconcile.endpoints import OperatorMetrics, upgrade_lines
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.controller import ACTIVE_REQUEUE, FAILED_REQUEUE, PartitionResult, UpgradeOutcome
-from tests.unit.upgrade_builders import knobs, node, run
+from gpu_operator.upgrade.status import StatusOwner, summary, write_status
+from tests.unit.upgrade_builders import driver, knobs, node, run
 
 pytestmark = pytest.mark.unit
 
@@ -39,3 +42,33 @@ def test_gauges_count_nodes_per_state() -> None:
 )
 def test_requeue_while_nodes_are_mid_upgrade(counts: dict[str, int], expected: float | None) -> None:
     assert _outcome(counts).requeue_after == expected
+
+
+class _FakeKube:
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, object]]] = []
+
+    async def patch_status(self, api_version: str, kind: str, name: str, status: dict[str, object]) -> None:
+        self.patches.append((name, status))
+
+
+def test_status_summary_is_written_only_when_it_changes_and_drops_old_states() -> None:
+    k = knobs(max_parallel=3)
+    failing = node("b", m.POD_RESTART, unschedulable=True, drv=driver_failing())
+    planned = run([failing], k)
+    desired = summary(knobs=k, counts={m.DONE: 4, m.FAILED: 1, "": 2}, plan=planned)
+    assert desired["nodes"] == {m.DONE: 4, m.FAILED: 1}
+    assert desired["message"].startswith("0 upgrading, 4 done, 1 failed of 5 node(s); b: driver pod")
+    kube = _FakeKube()
+    owner = StatusOwner(api_version="nvidia.com/v1", kind="ClusterPolicy", name="cp",
+                        current={"autoUpgrade": True, "nodes": {m.REQUIRED: 5}, "message": "old"})  # fmt: skip
+    assert asyncio.run(write_status(kube, owner=owner, desired=desired)) is True  # type: ignore[arg-type]
+    assert kube.patches[0][1]["driverUpgrade"]["nodes"] == {m.REQUIRED: None, m.DONE: 4, m.FAILED: 1}  # type: ignore[index]
+    same = StatusOwner(api_version="nvidia.com/v1", kind="ClusterPolicy", name="cp", current=desired)
+    assert asyncio.run(write_status(kube, owner=same, desired=desired)) is False  # type: ignore[arg-type]
+    off = summary(knobs=knobs(auto_upgrade=False), counts={m.DONE: 1}, plan=None)
+    assert off == {"autoUpgrade": False, "nodes": {}, "message": "automatic driver upgrades are off"}
+
+
+def driver_failing() -> m.DriverPodView:
+    return driver(sync=True, ready=False, restarts=11, name="driver-b")

@@ -28,6 +28,7 @@ from gpu_operator.api.components import (
     ConfigMapRef,
     DriverManager,
     DriverUpgradePolicy,
+    DriverUpgradeStatus,
     ImageRef,
     NamedConfig,
     Probe,
@@ -396,6 +397,7 @@ class ClusterPolicyStatus(ApiModel):
     state: Literal["ignored", "ready", "notReady"] | None = opt(description="ready, notReady or ignored.")
     namespace: str | None = opt(description="The operator namespace.")
     conditions: list[Condition] | None = opt(description="Ready and Error conditions.")
+    driver_upgrade: DriverUpgradeStatus | None = opt(description="Progress of rolling driver upgrades.")
 
 
 class ClusterPolicy(ApiModel):

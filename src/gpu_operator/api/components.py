@@ -139,6 +139,14 @@ class DriverUpgradePolicy(ApiModel):
     drain: Drain | None = opt(description="Whether and how to drain the node before the upgrade.")
 
 
+class DriverUpgradeStatus(ApiModel):
+    """Progress of rolling driver upgrades (written by the upgrade controller only)."""
+
+    auto_upgrade: bool = Field(description="Whether the policy upgrades drivers automatically.")
+    nodes: dict[str, int] | None = opt(description="Managed nodes per nvidia.com/gpu-driver-upgrade-state value.")
+    message: str | None = opt(description="A summary: nodes upgrading, done, failed, and why.")
+
+
 class NVIDIADriverUpgradePolicy(DriverUpgradePolicy):
     """The NVIDIADriver upgrade policy: same knobs, but automatic upgrades are on by default."""
 

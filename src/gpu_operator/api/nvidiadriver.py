@@ -27,6 +27,7 @@ from gpu_operator.api.base import (
 from gpu_operator.api.components import (
     ConfigMapRef,
     DriverManager,
+    DriverUpgradeStatus,
     NVIDIADriverUpgradePolicy,
     Probe,
     Rdma,
@@ -155,6 +156,7 @@ class NVIDIADriverStatus(ApiModel):
     state: Literal["ignored", "ready", "notReady", "disabled"] | None = opt(description="Overall state.")
     namespace: str | None = opt(description="The operator namespace.")
     conditions: list[Condition] | None = opt(description="Ready and Error conditions.")
+    driver_upgrade: DriverUpgradeStatus | None = opt(description="Progress of rolling driver upgrades.")
 
 
 class NVIDIADriver(ApiModel):

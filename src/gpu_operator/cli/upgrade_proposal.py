@@ -107,7 +107,7 @@ async def build_proposal(kube: Kube, *, namespace: str, policy_doc: dict[str, An
     notes: list[str] = []
     install, measured = _install_seconds(cluster)
     if policy_doc is None:
-        knobs = (await knobs_for(kube, max_driver_restarts=10)).get(CLUSTER_POLICY, Knobs())
+        knobs = (await knobs_for(kube, max_driver_restarts=10))[0].get(CLUSTER_POLICY, Knobs())
         if isinstance(knobs, str):
             raise ValueError(knobs)
         return Proposal(snapshot=snapshot_of(cluster, partition=CLUSTER_POLICY, now=0.0), knobs=knobs,

@@ -29,6 +29,7 @@ from gpu_operator.upgrade.execute import Applied, execute
 from gpu_operator.upgrade.model import Knobs, Snapshot, knobs_from
 from gpu_operator.upgrade.plan import Plan, plan
 from gpu_operator.upgrade.selectors import SelectorError
+from gpu_operator.upgrade.status import StatusOwner, summary, write_status
 
 log = logging.getLogger(__name__)
 VALIDATOR_DAEMONSET = "nvidia-operator-validator"
@@ -66,29 +67,36 @@ def _oldest(policies: list[JSON]) -> JSON | None:
     return min(live, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]), default=None)
 
 
-async def knobs_for(kube: Kube, *, max_driver_restarts: int) -> dict[str, Knobs | str]:
-    """Partition -> its knobs, or a message saying why its policy cannot be used."""
+async def knobs_for(kube: Kube, *, max_driver_restarts: int) -> tuple[dict[str, Knobs | str], dict[str, StatusOwner]]:
+    """Partition -> its knobs (or why its policy cannot be used), and partition -> its status owner."""
     out: dict[str, Knobs | str] = {}
+    owners: dict[str, StatusOwner] = {}
     policy = _oldest(await kube.list_objects("nvidia.com/v1", "ClusterPolicy"))
-    try:
-        if policy is None:
-            out[CLUSTER_POLICY] = Knobs(auto_upgrade=False)
-        else:
+    out[CLUSTER_POLICY] = Knobs(auto_upgrade=False)
+    if policy is not None:
+        owners[CLUSTER_POLICY] = _owner(policy)
+        try:
             spec = ClusterPolicy.model_validate(policy).spec
             sandbox = is_enabled(spec, section="sandboxWorkloads")
             out[CLUSTER_POLICY] = knobs_from(
                 spec.driver.upgrade_policy, sandbox=sandbox, max_driver_restarts=max_driver_restarts
             )
-    except (ValidationError, SelectorError) as error:
-        out[CLUSTER_POLICY] = f"ClusterPolicy driver.upgradePolicy: {error}"
+        except (ValidationError, SelectorError) as error:
+            out[CLUSTER_POLICY] = f"ClusterPolicy driver.upgradePolicy: {error}"
     for doc in await kube.list_objects("nvidia.com/v1alpha1", "NVIDIADriver"):
         name = doc["metadata"]["name"]
+        owners[name] = _owner(doc)
         try:
             cr = NVIDIADriver.model_validate(doc)
             out[name] = knobs_from(cr.spec.upgrade_policy, max_driver_restarts=max_driver_restarts)
         except (ValidationError, SelectorError) as error:
             out[name] = f"NVIDIADriver {name} upgradePolicy: {error}"
-    return out
+    return out, owners
+
+
+def _owner(doc: JSON) -> StatusOwner:
+    current = (doc.get("status") or {}).get("driverUpgrade")
+    return StatusOwner(api_version=doc["apiVersion"], kind=doc["kind"], name=doc["metadata"]["name"], current=current)
 
 
 def snapshot_of(cluster: Cluster, *, partition: str, now: float) -> Snapshot:
@@ -99,12 +107,12 @@ async def upgrade_pass(
     kube: Kube, *, namespace: str, max_driver_restarts: int = m.MAX_DRIVER_RESTARTS, now: float | None = None
 ) -> UpgradeOutcome:
     """One pass over every partition (see the module docstring)."""
-    settings = await knobs_for(kube, max_driver_restarts=max_driver_restarts)
+    settings, owners = await knobs_for(kube, max_driver_restarts=max_driver_restarts)
     cluster = await read_cluster(kube, namespace=namespace)
     validation = await kube.get("apps/v1", "DaemonSet", VALIDATOR_DAEMONSET, namespace=namespace) is not None
     moment = time.time() if now is None else now
     results = []
-    for partition in partitions(cluster):
+    for partition in sorted(set(partitions(cluster)) | set(owners)):
         # A node whose NVIDIADriver is gone falls back to "upgrades off": its labels are cleaned up.
         knobs = settings.get(partition, Knobs(auto_upgrade=False))
         snapshot = snapshot_of(cluster, partition=partition, now=moment)
@@ -124,4 +132,7 @@ async def upgrade_pass(
         if not knobs.auto_upgrade:
             after = Counter[str]()
         results.append(PartitionResult(partition=partition, knobs=knobs, counts=+after, plan=planned, applied=applied))
+        if partition in owners:
+            desired = summary(knobs=knobs, counts=+after, plan=planned)
+            await write_status(kube, owner=owners[partition], desired=desired)
     return UpgradeOutcome(partitions=tuple(results))
