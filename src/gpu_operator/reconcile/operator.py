@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -48,7 +49,8 @@ class LeaderElection:
 
     kube: Kube
     namespace: str
-    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    # Unique per instance: two operators in one process (simulated operator pods) must not share a Lease.
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
     held: bool = False
 
     async def try_acquire(self) -> bool:
