@@ -310,6 +310,21 @@ def toolkit_mig_section(ctx: BenchContext) -> Section:
 SECTIONS.extend([device_plugin_section, exporter_section, toolkit_mig_section])
 
 
+def operator_scale_section(ctx: BenchContext) -> Section:
+    """The operator at 100 and 1,000 simulated nodes: policy to ready, RSS, idle API requests, spec-change latency."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import operator_bench  # noqa: PLC0415 - a sibling module, imported when this section runs
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    results = operator_bench.measure(binaries=ctx.binaries, log=log)
+    return Section("Operator at scale: 100 and 1,000 simulated nodes", operator_bench.markdown(results))
+
+
+SECTIONS.append(operator_scale_section)
+
+
 # -- report -----------------------------------------------------------------------------------------------
 
 

@@ -4,12 +4,18 @@ A thin layer over lightkube's ``AsyncClient`` that speaks plain dicts (what the 
 so the reconciler never touches typed models. Writes use server-side apply (field manager
 ``gpu-operator``, force: the operator owns what it renders); deletes ignore NotFound; reads strip
 ``managedFields`` so the operator's memory stays small with thousands of nodes.
+
+Two helpers keep an idle operator quiet: :func:`with_applied_hash` stamps what is applied with a hash
+of the rendered object, so a pass can skip applying what the live object already carries, and
+:func:`changed_nodes` filters a Node watch down to the changes a pass reads (see its docstring).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import Any
 
 from lightkube import ApiError, AsyncClient, codecs
@@ -19,6 +25,8 @@ from lightkube.types import PatchType
 
 JSON = dict[str, Any]
 FIELD_MANAGER = "gpu-operator"
+#: Upstream's annotation name for the same purpose: the hash of the object as last applied.
+APPLIED_HASH = "nvidia.com/last-applied-hash"
 
 ClusterPolicyResource = create_global_resource("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies")
 NVIDIADriverResource = create_global_resource("nvidia.com", "v1alpha1", "NVIDIADriver", "nvidiadrivers")
@@ -35,6 +43,53 @@ def strip(obj: Any) -> JSON:
     data: JSON = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
     data.get("metadata", {}).pop("managedFields", None)
     return data
+
+
+def with_applied_hash(obj: Mapping[str, Any]) -> JSON:
+    """A copy of ``obj`` annotated with a hash of itself (stable: keys sorted, no whitespace)."""
+    digest = hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
+    meta = dict(obj.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), APPLIED_HASH: digest}
+    return {**obj, "metadata": meta}
+
+
+def applied_hash(obj: Mapping[str, Any]) -> str | None:
+    """The hash a live object was last applied with (None if it has none)."""
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH)
+
+
+def _node_digest(node: Any) -> tuple[Any, ...]:
+    """What a pass reads from a Node: labels and container runtime (``render.node_info``), and for driver
+    upgrades the annotations, the cordon and the Ready condition's status (not its heartbeat times)."""
+    meta, spec, status = node.metadata, node.spec, node.status
+    labels = tuple(sorted((meta.labels or {}).items())) if meta else ()
+    annotations = tuple(sorted((meta.annotations or {}).items())) if meta else ()
+    info = status.nodeInfo if status else None
+    ready = next((c.status for c in (status.conditions or []) if c.type == "Ready"), None) if status else None
+    cordoned = bool(spec.unschedulable) if spec else False
+    return labels, annotations, info.containerRuntimeVersion if info else "", ready, cordoned
+
+
+async def changed_nodes(events: AsyncIterable[tuple[str, Any]]) -> AsyncIterator[tuple[str, Any]]:
+    """The events of a Node watch that change what a pass reads: new and deleted nodes, label and runtime
+    changes. Kubelet heartbeats (``status.conditions`` every few seconds on every node) are dropped: at a
+    thousand nodes they are dozens of events a second that would keep an idle operator reconciling."""
+    seen: dict[str, tuple[Any, ...]] = {}
+    try:
+        async for kind, node in events:
+            name = node.metadata.name if node.metadata else ""
+            if kind == "DELETED":
+                seen.pop(name, None)
+                yield kind, node
+                continue
+            digest = _node_digest(node)
+            if seen.get(name) != digest:
+                seen[name] = digest
+                yield kind, node
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class Kube:

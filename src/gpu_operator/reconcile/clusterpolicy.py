@@ -6,6 +6,11 @@ what enabled states render with server-side apply and an owner reference to the 
 disabled states (or renamed objects) left behind, reads DaemonSet readiness and writes
 ``status.state``/conditions/``observedGeneration``. It never asks what changed: running it twice in
 a row is a no-op the second time. The runtime (``operator``) decides when to run it again.
+
+A pass that changes nothing writes nothing: every applied object carries a hash of its rendered form
+(``nvidia.com/last-applied-hash``), and the live objects the prune step lists anyway tell which hashes
+are already there; DaemonSet readiness comes from the same listing (or the apply's response), and the
+status is patched only when it differs. An idle pass is reads only (~20 requests, see BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from pydantic import ValidationError
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.defaults import is_enabled
-from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.kube.api import JSON, Kube, applied_hash, with_applied_hash
 from gpu_operator.reconcile.daemonsets import readiness_of
 from gpu_operator.reconcile.nodelabels import label_changes
 from gpu_operator.reconcile.nvidiadriver import reconcile_drivers
@@ -111,22 +116,26 @@ async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, pre
     )
 
 
-def _key(obj: JSON) -> tuple[str, str, str, str]:
+Key = tuple[str, str, str, str]
+
+
+def _key(obj: JSON) -> Key:
     meta = obj["metadata"]
     return (obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
 
 
-async def converge(
-    kube: Kube, *, states: Sequence[StateManifests], owner: JSON, namespace: str, service_monitors: bool
-) -> tuple[int, int]:
-    """Apply enabled states' objects; delete labelled objects no state wants any more."""
-    applied = pruned = 0
-    wanted: set[tuple[str, str, str, str]] = set()
-    for state in states:
-        for obj in state.objects if state.enabled else ():
-            await kube.apply(with_owner(obj, owner=owner))
-            wanted.add(_key(obj))
-            applied += 1
+@dataclass(frozen=True, kw_only=True)
+class Converged:
+    """What :func:`converge` did, and the policy's DaemonSets as they are now (listed or just applied)."""
+
+    applied: int
+    pruned: int
+    daemonsets: dict[str, JSON]
+
+
+async def _owned(kube: Kube, *, owner: JSON, namespace: str, service_monitors: bool) -> dict[Key, JSON]:
+    """Every object labelled with a state and owned by ``owner``, by key (one list per kind)."""
+    owned: dict[Key, JSON] = {}
     for api_version, kind, namespaced in PRUNE_KINDS:
         if kind == "ServiceMonitor" and not service_monitors:  # the kind is not served without its CRD
             continue
@@ -135,21 +144,51 @@ async def converge(
         )
         for obj in live:
             owners = obj["metadata"].get("ownerReferences") or []
-            ours = any(o.get("uid") == owner["metadata"]["uid"] for o in owners)
-            if ours and _key(obj) not in wanted:
-                meta = obj["metadata"]
-                await kube.delete(api_version, kind, meta["name"], namespace=meta.get("namespace"))
-                pruned += 1
-    return applied, pruned
+            if any(o.get("uid") == owner["metadata"]["uid"] for o in owners):
+                obj.setdefault("apiVersion", api_version)
+                obj.setdefault("kind", kind)
+                owned[_key(obj)] = obj
+    return owned
 
 
-async def readiness(kube: Kube, *, states: Sequence[StateManifests], namespace: str) -> list[Any]:
+async def converge(
+    kube: Kube, *, states: Sequence[StateManifests], owner: JSON, namespace: str, service_monitors: bool
+) -> Converged:
+    """Apply enabled states' objects that differ from the live ones; delete owned objects no state wants."""
+    owned = await _owned(kube, owner=owner, namespace=namespace, service_monitors=service_monitors)
+    applied = pruned = 0
+    wanted: set[Key] = set()
+    daemonsets = {key[3]: obj for key, obj in owned.items() if key[1] == "DaemonSet" and key[2] == namespace}
+    for state in states:
+        for obj in state.objects if state.enabled else ():
+            key = _key(obj)
+            wanted.add(key)
+            desired = with_applied_hash(with_owner(obj, owner=owner))
+            live = owned.get(key)
+            if live is not None and applied_hash(live) == applied_hash(desired):
+                continue  # unchanged since we applied it: skip the write (and its watch event)
+            result = await kube.apply(desired)
+            applied += 1
+            if key[1] == "DaemonSet" and key[2] == namespace:
+                daemonsets[key[3]] = result  # the response carries the new generation
+    for key in owned:
+        if key not in wanted:
+            await kube.delete(key[0], key[1], key[3], namespace=key[2] or None)
+            if key[1] == "DaemonSet":
+                daemonsets.pop(key[3], None)
+            pruned += 1
+    return Converged(applied=applied, pruned=pruned, daemonsets=daemonsets)
+
+
+async def readiness(
+    kube: Kube, *, states: Sequence[StateManifests], namespace: str, daemonsets: dict[str, JSON] | None = None
+) -> list[Any]:
     results = []
     for state in states:
         if not state.enabled or not state.daemonsets:
             results.append(state_result(state))
             continue
-        ready = await readiness_of(kube, names=state.daemonsets, namespace=namespace)
+        ready = await readiness_of(kube, names=state.daemonsets, namespace=namespace, known=daemonsets)
         results.append(state_result(state, ready))
     return results
 
@@ -182,13 +221,14 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
             kube, nodes=nodes, namespace=namespace, precompiled=bool(policy.spec.driver.use_precompiled)
         )
         states = render(policy, facts, operator=operator)
-        applied, pruned = await converge(
+        converged = await converge(
             kube, states=states, owner=active, namespace=namespace, service_monitors=facts.has_service_monitor_crd
         )
+        applied, pruned = converged.applied, converged.pruned
         applied += await reconcile_drivers(
             kube, namespace=namespace, operator=operator, policy=policy, nodes=nodes, facts=facts
         )
-        results = await readiness(kube, states=states, namespace=namespace)
+        results = await readiness(kube, states=states, namespace=namespace, daemonsets=converged.daemonsets)
         status = policy_status(results=results, facts=facts, generation=generation, now=_now(), previous=previous)
     except (ValidationError, RenderError) as exc:
         log.error("ClusterPolicy %s: %s", name, exc)
@@ -196,12 +236,19 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
             results=[], facts=ClusterFacts(namespace=namespace), generation=generation, now=_now(),
             previous=previous, failure=("policy", str(exc).splitlines()[0] if str(exc) else repr(exc)),
         )  # fmt: skip
-        await kube.patch_status(*CP, name, status.as_status(namespace=namespace))
+        await _write_status(kube, policy=active, status=status, namespace=namespace)
         await _transition_event(kube, policy=active, status=status)
         return Outcome(policy=name, status=status)
-    await kube.patch_status(*CP, name, status.as_status(namespace=namespace))
+    await _write_status(kube, policy=active, status=status, namespace=namespace)
     await _transition_event(kube, policy=active, status=status)
     return Outcome(policy=name, status=status, applied=applied, pruned=pruned, labelled=labelled)
+
+
+async def _write_status(kube: Kube, *, policy: JSON, status: Status, namespace: str) -> None:
+    """Patch the status only when it differs (a no-op patch still costs a request)."""
+    new = status.as_status(namespace=namespace)
+    if (policy.get("status") or {}) != new:
+        await kube.patch_status(*CP, policy["metadata"]["name"], new)
 
 
 async def _transition_event(kube: Kube, *, policy: JSON, status: Status) -> None:

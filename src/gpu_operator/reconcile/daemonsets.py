@@ -1,20 +1,39 @@
 """Reading what DaemonSet readiness needs from the cluster, shared by both reconcilers.
 
 A DaemonSet's status is enough for RollingUpdate; an OnDelete DaemonSet (the driver) is judged by its
-pods' revision hashes, so only then are its pods and ControllerRevisions listed.
+pods' revision hashes, so only then are its pods and ControllerRevisions listed. A caller that has just
+listed or applied the DaemonSets passes them in (``known``) to save one read each.
+
+A DaemonSet whose controller has not yet observed its latest generation is not ready, whatever its
+(old or still empty) status says: a just-created one has no status at all, which
+``render.readiness`` would read as "no node selected" and so as ready.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.render.readiness import Readiness, state_readiness
 
 
-async def readiness_of(kube: Kube, *, names: Sequence[str], namespace: str) -> Readiness:
+def _unobserved(ds: JSON) -> bool:
+    generation = int((ds.get("metadata") or {}).get("generation") or 0)
+    return int((ds.get("status") or {}).get("observedGeneration") or 0) < generation
+
+
+async def readiness_of(
+    kube: Kube, *, names: Sequence[str], namespace: str, known: Mapping[str, JSON] | None = None
+) -> Readiness:
     """Readiness of the named DaemonSets together (a missing one is "not created yet")."""
-    live = {name: await kube.get("apps/v1", "DaemonSet", name, namespace=namespace) for name in names}
+    known = known or {}
+    live = {
+        name: known[name] if name in known else await kube.get("apps/v1", "DaemonSet", name, namespace=namespace)
+        for name in names
+    }
+    for name, ds in live.items():
+        if ds and _unobserved(ds):
+            return Readiness(ready=False, reason=f"{name}: the controller has not observed the latest spec yet")
     pods: dict[str, list[JSON]] = {}
     revisions: dict[str, list[JSON]] = {}
     for name, ds in live.items():

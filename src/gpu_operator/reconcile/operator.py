@@ -26,7 +26,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node
 
-from gpu_operator.kube.api import ClusterPolicyResource, Kube, NVIDIADriverResource
+from gpu_operator.kube.api import ClusterPolicyResource, Kube, NVIDIADriverResource, changed_nodes
 from gpu_operator.reconcile.clusterpolicy import Outcome, reconcile_once
 from gpu_operator.render import OperatorSettings
 from gpu_operator.upgrade.controller import UpgradeOutcome, upgrade_pass
@@ -136,7 +136,8 @@ class Operator:
             asyncio.create_task(
                 _watch(wakes, lambda: self.client.watch(ClusterPolicyResource), stop, "clusterpolicies")
             ),
-            asyncio.create_task(_watch(wakes, lambda: self.client.watch(Node), stop, "nodes")),
+            # Heartbeats are dropped: at a thousand nodes they would keep an idle operator reconciling.
+            asyncio.create_task(_watch(wakes, lambda: changed_nodes(self.client.watch(Node)), stop, "nodes")),
             asyncio.create_task(_watch(wakes, lambda: self.client.watch(NVIDIADriverResource), stop, "nvidiadrivers")),
             asyncio.create_task(
                 _watch(wakes, lambda: self.client.watch(DaemonSet, namespace=self.namespace), stop, "daemonsets")

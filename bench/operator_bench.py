@@ -1,0 +1,456 @@
+"""The operator at scale: policy-to-ready time, memory, idle API traffic and spec-change latency.
+
+For each scale (100 and 1,000 simulated nodes) on a fresh local control plane, three processes: this one
+(creates the ClusterPolicy, polls, measures), the simulator (``_sim_child``: the nodes and their pods)
+and the operator (``_operator_child``: :class:`~gpu_operator.reconcile.operator.Operator` with leader
+election, exactly as ``gpu-operator operator`` runs it), so the operator's RSS and CPU are its own.
+
+API requests are counted at the operator's HTTP transport (an httpx request hook), so everything counts:
+reconcile reads and writes, Lease renewals and every watch (re)connection.
+
+The simulated nodes run a stub for every operand program (``gpu-operator agent NAME``): init containers
+(validator, driver-manager) exit 0 at once, main containers report Ready and wait. The real agents at
+1,000 nodes would need the whole machine. The policy's ``ready`` is still the operator's own status,
+computed from the real DaemonSet status the real DaemonSet controller writes from the real pods the
+simulated kubelets report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import shutil
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lightkube import ApiError, Client, codecs
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Namespace
+from lightkube.types import PatchType
+
+from gpu_operator.kube.api import ClusterPolicyResource
+from gpu_operator.kube.crds import install_crds
+from gpu_operator.localcluster.binaries import KubeBinaries
+from gpu_operator.localcluster.cluster import LocalCluster
+
+NAMESPACE = "gpu-operator"
+POLICY = "cluster-policy"
+#: As the Helm chart's values: the exporter embeds the host engine, no standalone DCGM.
+POLICY_SPEC: dict[str, Any] = {"dcgm": {"enabled": False}, "psa": {"enabled": True}}
+EXPORTER_DS = "nvidia-dcgm-exporter"
+EXPORTER_REPOSITORY = "registry.example.internal/nvidia/k8s"
+#: 1,000 nodes: the mix of sim_scale_section (90 % GPU nodes, 10 % MIG-capable A100, 10 % CPU-only).
+MIX_PER_100 = {
+    "dgx-h100": 30, "hgx-h200": 10, "dgx-a100": 10, "pcie-l4": 20, "pcie-t4": 10, "a100-mig": 10, "cpu-only": 10,
+}  # fmt: skip
+SCALES = (100, 1000)
+READY_TIMEOUT = 1200.0
+SETTLE_SECONDS = 20.0
+IDLE_SECONDS = 60.0
+SPEC_CHANGES = 12
+CHANGE_TIMEOUT = 60.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: Operand programs the rendered DaemonSets run; one-shot ones are init containers.
+STUB_PROGRAMS = (
+    "driver", "driver-manager", "toolkit", "validator", "device-plugin", "mps-control-daemon", "exporter",
+    "feature-discovery", "mig-manager", "node-status-exporter", "dcgm", "vgpu-manager", "vgpu-device-manager",
+    "sandbox-device-plugin", "kata-manager", "cc-manager", "vfio-manager", "sandbox-validator",
+)  # fmt: skip
+ONE_SHOT = frozenset({"validator", "driver-manager"})
+
+TARGET_RSS_MIB = 150.0
+TARGET_REQUESTS_PER_SECOND_PER_1000 = 1.0
+TARGET_CHANGE_P99_S = 5.0
+
+
+def node_spec(nodes: int) -> str:
+    return ",".join(f"{profile}:{count * nodes // 100}" for profile, count in MIX_PER_100.items())
+
+
+# -- the simulator's process --------------------------------------------------------------------------------
+
+
+async def _stub(ctx: Any) -> None:
+    """Stands in for every operand: init containers succeed at once, the rest are Ready until stopped."""
+    if ctx.program in ONE_SHOT:
+        return
+    ctx.set_ready(True)
+    await ctx.stopped()
+
+
+def _sim_child(conn: Any, kubeconfig: str, spec: str) -> None:
+    """The simulated nodes in a process of their own (as bench/run.py's sim_scale_section does)."""
+    from gpu_operator.sim.apiclient import ClusterAccess  # noqa: PLC0415 - only the child needs the simulator
+    from gpu_operator.sim.node import NodeOptions  # noqa: PLC0415
+    from gpu_operator.sim.programs import default_registry  # noqa: PLC0415
+    from gpu_operator.sim.simulator import Simulator  # noqa: PLC0415
+
+    registry = default_registry()
+    for name in STUB_PROGRAMS:
+        registry.register_program(name, _stub)
+    simulator = Simulator(access=ClusterAccess.from_kubeconfig(Path(kubeconfig)), registry=registry)
+    simulator.start()
+    begin = time.monotonic()
+    simulator.add_nodes(spec, options=NodeOptions(kubelet_grpc=False, gpu_plugin="local"))
+    conn.send(time.monotonic() - begin)
+    conn.recv()
+    # The cluster is thrown away next: no need to delete thousands of pods and nodes one by one.
+    shutil.rmtree(simulator.root, ignore_errors=True)
+    conn.send("bye")
+    os._exit(0)
+
+
+# -- the operator's process ---------------------------------------------------------------------------------
+
+
+def _category(method: str, path: str, query: str) -> str:
+    """``GET pods``, ``WATCH nodes``, ``PATCH leases``...: the verb and the resource, without names."""
+    parts = [p for p in path.split("/") if p]
+    if parts and parts[0] == "api":
+        parts = parts[2:]
+    elif parts and parts[0] == "apis":
+        parts = parts[3:]
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]
+    resource = parts[0] if parts else path
+    if len(parts) > 2:
+        resource = f"{resource}/{parts[2]}"
+    verb = "WATCH" if "watch=" in query else method
+    return f"{verb} {resource}"
+
+
+def _operator_child(conn: Any, kubeconfig: str, namespace: str, filter_nodes: bool) -> None:
+    """The operator as ``gpu-operator operator`` runs it, with a request counter on its HTTP client.
+
+    ``filter_nodes``: the change proposed for ``reconcile/operator.py`` (its Node watch wrapped in
+    ``kube.api.changed_nodes``), applied here by wrapping the client's ``watch`` for Nodes only.
+    """
+    from lightkube import AsyncClient, KubeConfig  # noqa: PLC0415 - imported in the child only
+    from lightkube.resources.core_v1 import Node  # noqa: PLC0415
+
+    from gpu_operator.kube.api import changed_nodes  # noqa: PLC0415
+    from gpu_operator.reconcile.operator import Operator  # noqa: PLC0415
+    from gpu_operator.render import OperatorSettings  # noqa: PLC0415
+
+    counts: Counter[str] = Counter()
+
+    async def count(request: Any) -> None:
+        counts[_category(request.method, request.url.path, request.url.query.decode())] += 1
+
+    class NodeFilteringClient(AsyncClient):
+        def watch(self, res: Any, *args: Any, **kwargs: Any) -> Any:
+            events = super().watch(res, *args, **kwargs)
+            return changed_nodes(events) if res is Node else events
+
+    async def main() -> None:
+        kind = NodeFilteringClient if filter_nodes else AsyncClient
+        client = kind(config=KubeConfig.from_file(kubeconfig), field_manager="gpu-operator")
+        client._client._client.event_hooks["request"].append(count)  # lightkube's httpx client sends everything
+        operator = Operator(client=client, namespace=namespace, settings=OperatorSettings())
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        async def snapshot() -> dict[str, Any]:
+            return {"requests": dict(counts), "passes": operator.passes, "failures": operator.failures}
+
+        def serve() -> None:  # the pipe is answered from a thread; the counters are read in the loop
+            while True:
+                if conn.recv() == "stats":
+                    conn.send(asyncio.run_coroutine_threadsafe(snapshot(), loop).result(30))
+                else:
+                    loop.call_soon_threadsafe(stop.set)
+                    return
+
+        threading.Thread(target=serve, daemon=True).start()
+        conn.send("started")
+        try:
+            await operator.run(stop=stop, leader_election=True)
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+    conn.send("stopped")
+
+
+# -- measuring ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Idle:
+    seconds: float
+    requests: dict[str, int]
+    cpu_percent: float
+    passes: int
+    rss_mib: float
+
+    @property
+    def per_minute(self) -> float:
+        return sum(self.requests.values()) / self.seconds * 60
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleResult:
+    nodes: int
+    registered_s: float
+    ready_s: float | None
+    rolled_out_s: float | None
+    peak_rss_mib: float
+    idle: Idle
+    idle_filtered: Idle
+    change_latencies: list[float]
+    change_timeouts: int
+
+
+def _cpu_ticks(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _memory_mib(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _policy_state(client: Client) -> str | None:
+    obj: dict[str, Any] = client.get(ClusterPolicyResource, POLICY).to_dict()  # type: ignore[no-untyped-call]
+    return (obj.get("status") or {}).get("state")
+
+
+def _exporter_image(client: Client) -> str | None:
+    try:
+        ds = client.get(DaemonSet, EXPORTER_DS, namespace=NAMESPACE).to_dict()
+    except ApiError:
+        return None
+    return str(ds["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def _rolled_out(client: Client) -> bool:
+    """Every operand DaemonSet observed and fully available (the truth the policy's ``ready`` should match)."""
+    for ds in client.list(DaemonSet, namespace=NAMESPACE):
+        data = ds.to_dict()
+        status, generation = data.get("status") or {}, int(data["metadata"].get("generation", 0))
+        if int(status.get("observedGeneration") or 0) < generation:
+            return False
+        desired = int(status.get("desiredNumberScheduled") or 0)
+        if (
+            int(status.get("numberAvailable") or 0) != desired
+            or int(status.get("updatedNumberScheduled") or 0) != desired
+        ):
+            return False
+    return True
+
+
+def _wait(check: Callable[[], bool], *, timeout: float, interval: float) -> float | None:
+    """Seconds until ``check()`` is true, polled every ``interval``; None after ``timeout``."""
+    begin = time.monotonic()
+    while time.monotonic() - begin < timeout:
+        if check():
+            return time.monotonic() - begin
+        time.sleep(interval)
+    return None
+
+
+class _OperatorProcess:
+    """One operator process and its pipe."""
+
+    def __init__(self, *, kubeconfig: str, filter_nodes: bool = False) -> None:
+        spawn = multiprocessing.get_context("spawn")
+        self.conn, child_end = spawn.Pipe()
+        self.process = spawn.Process(
+            target=_operator_child, args=(child_end, kubeconfig, NAMESPACE, filter_nodes), daemon=True
+        )
+        self.process.start()
+        if self.conn.recv() != "started" or self.process.pid is None:
+            raise RuntimeError("the operator process did not start")
+        self.pid: int = self.process.pid
+
+    def stats(self) -> dict[str, Any]:
+        self.conn.send("stats")
+        reply: dict[str, Any] = self.conn.recv()
+        return reply
+
+    def idle(self) -> Idle:
+        """Requests, passes and CPU over the idle window, after letting the operator settle."""
+        time.sleep(SETTLE_SECONDS)
+        before, ticks, begin = self.stats(), _cpu_ticks(self.pid), time.monotonic()
+        time.sleep(IDLE_SECONDS)
+        after, elapsed = self.stats(), time.monotonic() - begin
+        cpu = (_cpu_ticks(self.pid) - ticks) / CLOCK_TICKS / elapsed * 100
+        requests = {
+            k: v - before["requests"].get(k, 0) for k, v in after["requests"].items() if v != before["requests"].get(k)
+        }
+        return Idle(
+            seconds=elapsed, requests=requests, cpu_percent=cpu, passes=after["passes"] - before["passes"],
+            rss_mib=_memory_mib(self.pid, "VmRSS"),
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        self.conn.send("stop")
+        self.process.join(timeout=60)
+        if self.process.is_alive():
+            self.process.kill()
+
+
+def _spec_changes(client: Client) -> tuple[list[float], int]:
+    latencies: list[float] = []
+    timeouts = 0
+    for change in range(SPEC_CHANGES):
+        version = f"4.6.0-4.8.3-bench{change}"
+        wanted = f"{EXPORTER_REPOSITORY}/dcgm-exporter:{version}"
+        exporter = {"repository": EXPORTER_REPOSITORY, "image": "dcgm-exporter", "version": version}
+        client.patch(ClusterPolicyResource, POLICY, {"spec": {"dcgmExporter": exporter}}, patch_type=PatchType.MERGE)
+        took = _wait(lambda wanted=wanted: _exporter_image(client) == wanted, timeout=CHANGE_TIMEOUT, interval=0.05)
+        if took is None:
+            timeouts += 1
+        else:
+            latencies.append(took)
+        time.sleep(2.0)  # the next change lands on an operator busy with the rollout, as in real life
+    return latencies, timeouts
+
+
+def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], None] = print) -> ScaleResult:
+    """One scale on a fresh cluster: ready, idle (as committed, then with the Node filter), spec changes."""
+    spawn = multiprocessing.get_context("spawn")
+    with LocalCluster(binaries=binaries) as cluster:
+        client = cluster.client(field_manager="bench")
+        install_crds(client=client)
+        client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
+        kubeconfig = str(cluster.kubeconfig_path)
+        sim, sim_end = spawn.Pipe()
+        sim_process = spawn.Process(target=_sim_child, args=(sim_end, kubeconfig, node_spec(nodes)), daemon=True)
+        sim_process.start()
+        registered = float(sim.recv())
+        log(f"operator bench: {nodes} nodes registered in {registered:.1f} s")
+
+        operator = _OperatorProcess(kubeconfig=kubeconfig)
+        time.sleep(5)  # leader election and the first pass with no policy
+        policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": POLICY}}
+        client.create(codecs.from_dict({**policy, "spec": POLICY_SPEC}))
+        begin = time.monotonic()
+        ready = _wait(lambda: _policy_state(client) == "ready", timeout=READY_TIMEOUT, interval=0.5)
+        _wait(
+            lambda: _policy_state(client) == "ready" and _rolled_out(client),
+            timeout=READY_TIMEOUT - (time.monotonic() - begin),
+            interval=1.0,
+        )
+        rolled_out = time.monotonic() - begin if _policy_state(client) == "ready" else None
+        log(f"operator bench: policy ready after {ready} s, and every DaemonSet rolled out after {rolled_out} s")
+        idle = operator.idle()
+        log(f"operator bench: idle {idle.per_minute:.0f}/min, {idle.passes} passes: {idle.requests}")
+        peak = _memory_mib(operator.pid, "VmHWM")
+        operator.stop()
+
+        operator = _OperatorProcess(kubeconfig=kubeconfig, filter_nodes=True)
+        idle_filtered = operator.idle()
+        log(f"operator bench: with the Node filter {idle_filtered.per_minute:.0f}/min: {idle_filtered.requests}")
+        operator.stop()
+
+        operator = _OperatorProcess(kubeconfig=kubeconfig)
+        time.sleep(SETTLE_SECONDS)
+        latencies, timeouts = _spec_changes(client)
+        log(f"operator bench: spec change latencies {[round(x, 2) for x in latencies]}, {timeouts} timeouts")
+        peak = max(peak, _memory_mib(operator.pid, "VmHWM"))
+        operator.stop()
+        sim.send("stop")
+        sim_process.join(timeout=120)
+        if sim_process.is_alive():
+            sim_process.kill()
+        client.close()
+    return ScaleResult(
+        nodes=nodes, registered_s=registered, ready_s=ready, rolled_out_s=rolled_out, peak_rss_mib=peak,
+        idle=idle, idle_filtered=idle_filtered, change_latencies=latencies, change_timeouts=timeouts,
+    )  # fmt: skip
+
+
+def measure(
+    *, binaries: KubeBinaries, scales: Sequence[int] = SCALES, log: Callable[[str], None] = print
+) -> list[ScaleResult]:
+    return [measure_scale(binaries=binaries, nodes=n, log=log) for n in scales]
+
+
+# -- the report ---------------------------------------------------------------------------------------------
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def _requests(idle: Idle) -> str:
+    shown = ", ".join(f"`{k}` {v}" for k, v in sorted(idle.requests.items(), key=lambda kv: (-kv[1], kv[0])))
+    return shown or "none"
+
+
+def markdown(results: Sequence[ScaleResult]) -> str:
+    header = [
+        "nodes", "first `ready` s", "`ready` and rolled out s", "RSS / peak MiB", "idle req/min (passes)", "idle CPU %",
+        "idle req/min with Node filter (passes)", "change p50 / p99 s",
+    ]  # fmt: skip
+    rows, targets, breakdown = [], [], []
+    for r in results:
+        lat = r.change_latencies
+        p99 = _pct(lat, 0.99) if lat else float("inf")
+        change = f"{statistics.median(lat):.2f} / {p99:.2f}" if lat else "n/a"
+        if r.change_timeouts:
+            change += f" ({r.change_timeouts} of {SPEC_CHANGES} over {CHANGE_TIMEOUT:.0f} s)"
+        ready = f"{r.ready_s:.1f}" if r.ready_s is not None else "not ready"
+        rolled = f"{r.rolled_out_s:.1f}" if r.rolled_out_s is not None else "not ready"
+        rows.append([
+            f"{r.nodes:,}", ready, rolled, f"{r.idle.rss_mib:.0f} / {r.peak_rss_mib:.0f}",
+            f"{r.idle.per_minute:.0f} ({r.idle.passes})", f"{r.idle.cpu_percent:.1f}",
+            f"{r.idle_filtered.per_minute:.0f} ({r.idle_filtered.passes})", change,
+        ])  # fmt: skip
+        allowed = TARGET_REQUESTS_PER_SECOND_PER_1000 * r.nodes / 1000 * 60
+        targets.append([
+            f"{r.nodes:,}",
+            f"{r.peak_rss_mib:.0f} ({_verdict(r.peak_rss_mib < TARGET_RSS_MIB)})",
+            f"<= {allowed:.0f}/min: {r.idle.per_minute:.0f} ({_verdict(r.idle.per_minute <= allowed)}); "
+            f"with the Node filter {r.idle_filtered.per_minute:.0f} "
+            f"({_verdict(r.idle_filtered.per_minute <= allowed)})",
+            f"{p99:.2f} ({_verdict(p99 < TARGET_CHANGE_P99_S and not r.change_timeouts)})",
+        ])  # fmt: skip
+        breakdown.append(f"- {r.nodes:,} nodes, as committed: {_requests(r.idle)}")
+        breakdown.append(f"- {r.nodes:,} nodes, with the Node filter: {_requests(r.idle_filtered)}")
+    return (
+        "The operator (`Operator.run` with leader election, in its own process) against a fresh local control "
+        f"plane per scale, with simulated nodes ({node_spec(1000)} at 1,000; a tenth of each at 100; the "
+        "simulator's in-process GPU plugin) in a separate simulator process. The operand pods run a stub program "
+        "per operand (init containers exit 0, main containers are Ready), not the real agents; `ready` is the "
+        "operator's own status computed from the real DaemonSet status. First `ready`: from creating the "
+        "ClusterPolicy to the first `status.state=ready` (it is too early when the operator calls a DaemonSet "
+        "ready before its controller has caught up, as `render/readiness.py` does for one without status). "
+        "`ready` and rolled out: until the policy is `ready` and every operand DaemonSet is observed and has all "
+        "desired pods updated and available. RSS: `VmRSS` after the idle window; peak: `VmHWM`, the "
+        f"highest of the runs. Idle: {IDLE_SECONDS:.0f} s starting {SETTLE_SECONDS:.0f} s after ready, requests "
+        "counted at the operator's HTTP client (reconcile, Lease renewals, watch connections). *With Node filter*: "
+        "a second operator process with the change proposed for `reconcile/operator.py` (its Node watch wrapped "
+        "in `kube.api.changed_nodes`, which drops kubelet heartbeats). Spec change: a third (as committed) "
+        f"operator process, {SPEC_CHANGES} new `dcgmExporter.version`s 2 s apart, each timed from the patch to "
+        f"the `{EXPORTER_DS}` DaemonSet's template carrying the new image (polled every 50 ms).\n\n"
+        + _table(header, rows)
+        + "\n\nTargets (issue [7/9]): operator RSS < 150 MiB at 1,000 nodes; at most 1 API request/s per 1,000 "
+        "nodes when idle (60/min at 1,000, 6/min at 100); spec change to updated DaemonSets p99 < 5 s.\n\n"
+        + _table(["nodes", "peak RSS MiB (< 150)", "idle requests", "spec change p99 s (< 5)"], targets)
+        + "\n\nIdle requests by verb and resource:\n\n"
+        + "\n".join(breakdown)
+    )
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
