@@ -3,10 +3,8 @@
 
 1. A driver installed on the host answers ``nvidia-smi``: label ``nvidia.com/gpu.deploy.driver=pre-installed``
    (the driver DaemonSet then leaves the node) and exit with an error after ``PREINSTALLED_WAIT_SECONDS``.
-2. Pause the operands (``paused-for-driver-upgrade``) and wait, bounded, for their pods to go: always,
-   so operands (and the validator) start again against the new driver.
-3. No NVIDIA module loaded (e.g. the old driver container unloaded it on exit): clean up what a
-   previous driver left, restore operands, done.
+2. No NVIDIA module loaded: clean up what a previous driver left, restore operands, done.
+3. Pause the operands (``paused-for-driver-upgrade``) and wait, bounded, for their pods to go.
 4. Same ``DRIVER_CONFIG_DIGEST`` as the running driver's and no ``FORCE_REINSTALL``: keep the modules.
 5. Otherwise cordon and evict GPU pods through the Eviction API (PodDisruptionBudgets hold), drain
    when that fails and ``ENABLE_AUTO_DRAIN`` is set, then unload the modules in upstream order
@@ -102,12 +100,12 @@ async def uninstall_driver(
     if node.annotations.get(UPGRADE_ENABLED_ANNOTATION) == "true" and evict:
         log.info("driver-manager[%s]: eviction and drain are left to the upgrade controller", ctx.node_name)
         evict = False
+    if not await steps.nvidia_loaded():
+        await steps.cleanup()
+        await steps.finish()
+        return "no NVIDIA module loaded: nothing to uninstall"
     try:
-        # Always, as upstream: operands restart against the new driver even when the old one is already gone.
         await steps.pause_operands()
-        if not await steps.nvidia_loaded():
-            await steps.cleanup()
-            return "no NVIDIA module loaded: nothing to uninstall"
         if await steps.digest_unchanged():
             return "driver config digest unchanged: the loaded driver is kept"
         if evict:
