@@ -62,3 +62,110 @@ def test_missing_pod_and_labels() -> None:
     report = explain_node(NODE, pods=[_pod("nvidia-driver-daemonset", init=crash)])
     assert report.blocking == "driver: init container driver-validation waiting: CrashLoopBackOff"
     assert explain_node(NODE, pods=[]).blocking.startswith("driver: no pod on this node")
+
+
+def _upgrading(state: str, *, annotations: dict[str, str] | None = None) -> Any:
+    labels = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu-driver-upgrade-state": state}
+    return {"metadata": {"name": "gpu-3", "labels": labels, "annotations": annotations or {}}, "status": {}}
+
+
+def _event(*, kind: str, name: str, reason: str, message: str, at: str, kind_of: str = "Warning") -> Any:
+    return {
+        "type": kind_of,
+        "reason": reason,
+        "message": message,
+        "lastTimestamp": at,
+        "count": 1,
+        "involvedObject": {"kind": kind, "name": name},
+    }
+
+
+def test_mid_upgrade_says_so_before_the_chain() -> None:
+    restarting = _pod("nvidia-driver-daemonset", phase="Running", ready=False)
+    pods = [restarting, *(_pod(app) for _, app in CHAIN[1:])]
+    report = explain_node(_upgrading("pod-restart-required"), pods=pods)
+    assert not report.ready
+    assert report.upgrade_state == "pod-restart-required"
+    # What the node waits on first (the upgrade), then what the upgrade waits on (the new driver).
+    assert report.blocking == "driver upgrade: pod-restart-required (driver: container main is not ready)"
+    assert report.steps[0].name == "driver-upgrade"
+    assert not report.steps[0].done
+
+
+def test_mid_upgrade_with_every_operand_ready() -> None:
+    report = explain_node(_upgrading("cordon-required"), pods=[_pod(app) for _, app in CHAIN])
+    assert report.blocking == "driver upgrade: cordon-required"
+
+
+def test_idle_upgrade_states_do_not_block() -> None:
+    for state in ("upgrade-done", "upgrade-required", ""):
+        report = explain_node(_upgrading(state), pods=[_pod(app) for _, app in CHAIN])
+        assert report.ready, state
+        assert [s.name for s in report.steps] == [name for name, _ in CHAIN]
+
+
+def test_upgrade_failed_names_the_recorded_failure_and_the_node_event() -> None:
+    reason = "driver pod gpu-operator/nvidia-driver-daemonset-x restarted 3 times (CrashLoopBackOff)"
+    node = _upgrading("upgrade-failed", annotations={"nvidia.com/gpu-driver-upgrade-failure": reason})
+    events = [
+        _event(kind="Node", name="gpu-3", reason="GPUDriverUpgrade", message="cordoned", at="2025-01-01T10:00:00Z",
+               kind_of="Normal"),
+        _event(kind="Node", name="gpu-3", reason="DriverManagerFailed", message="old", at="2025-01-01T10:01:00Z"),
+        _event(kind="Node", name="gpu-3", reason="GPUDriverUpgrade", message=f"upgrade failed: {reason}",
+               at="2025-01-01T10:05:00Z"),
+        _event(kind="Node", name="gpu-9", reason="GPUDriverUpgrade", message="another node", at="2025-01-02T00:00:00Z"),
+    ]  # fmt: skip
+    report = explain_node(node, pods=[_pod(app) for _, app in CHAIN], events=events)
+    assert report.blocking == f"driver upgrade failed: {reason}"
+    assert report.upgrade_failure == reason
+    upgrade = report.steps[0]
+    # The newest Warning about this Node: not the Normal one, not the older one, not another node's.
+    assert upgrade.event == f"Warning GPUDriverUpgrade (at 2025-01-01T10:05:00Z): upgrade failed: {reason}"
+    assert report.as_json()["steps"][0]["event"] == upgrade.event
+    bare = explain_node(_upgrading("upgrade-failed"), pods=[_pod(app) for _, app in CHAIN])
+    assert bare.blocking == "driver upgrade failed"
+    assert bare.steps[0].event == ""
+
+
+def test_blocking_pod_carries_its_latest_warning_event() -> None:
+    crash = [{"name": "driver-validation", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]
+    pods = [_pod("nvidia-driver-daemonset", init=crash), *(_pod(app) for _, app in CHAIN[1:])]
+    events = [
+        {
+            "type": "Warning",
+            "reason": "BackOff",
+            "note": "Back-off restarting failed container driver-validation",
+            "eventTime": "2025-01-01T10:00:00.123456Z",
+            "series": {"count": 7, "lastObservedTime": "2025-01-01T10:03:00.000000Z"},
+            "regarding": {"kind": "Pod", "name": "nvidia-driver-daemonset-x"},
+        },
+        _event(kind="Pod", name="nvidia-container-toolkit-daemonset-x", reason="Unhealthy", message="ready pod",
+               at="2025-01-01T10:04:00Z"),
+    ]  # fmt: skip
+    report = explain_node(NODE, pods=pods, events=events)
+    steps = {s.name: s for s in report.steps}
+    assert steps["driver"].event == (
+        "Warning BackOff (x7, at 2025-01-01T10:03:00Z): Back-off restarting failed container driver-validation"
+    )
+    assert steps["toolkit"].done
+    assert steps["toolkit"].event == ""  # a ready step needs no explanation
+
+
+def test_crash_loop_names_the_last_exit_even_before_running() -> None:
+    crashing = {
+        "name": "nvidia-dcgm-exporter",
+        "ready": False,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 30s restarting failed container"}},
+        "lastState": {"terminated": {"exitCode": 1, "message": "OSError: address already in use"}},
+    }
+    exporter = _pod("nvidia-dcgm-exporter", phase="Pending")
+    exporter["status"]["containerStatuses"] = [crashing]
+    report = explain_node(NODE, pods=[*(_pod(app) for _, app in CHAIN[:-1]), exporter])
+    assert report.blocking == (
+        "exporter: container nvidia-dcgm-exporter waiting: back-off 30s restarting failed container "
+        "(last exit 1: OSError: address already in use)"
+    )
+    pending = _pod("nvidia-dcgm-exporter", phase="Pending", ready=False)
+    pending["status"]["containerStatuses"] = [{"name": "main", "ready": False, "state": {}}]
+    report = explain_node(NODE, pods=[*(_pod(app) for _, app in CHAIN[:-1]), pending])
+    assert report.blocking == "exporter: pod nvidia-dcgm-exporter-x is Pending"

@@ -4,9 +4,11 @@ The steps: a real control plane starts on 127.0.0.1 and gets the CRDs and the op
 simulated GPU nodes join it (their kubelets run the operator's real agents in this process); ``helm
 install`` of the chart runs the operator as a pod on a simulated node, as its service account (``--in-process``:
 a thread of this process instead); the default ClusterPolicy brings every node's readiness chain to ready, shown
-live; a workload pod gets two H100 GPUs and the exporter shows them busy, labelled with the pod; the A100
-node is switched to a MIG geometry and advertises the new resources. Then the cluster stays up for
-``kubectl`` until Ctrl-C (or not, with ``--no-interactive``) and everything is torn down.
+live; a workload pod gets two H100 GPUs and the exporter shows them busy, labelled with the pod; the
+policy's driver version changes and the rolling upgrade passes through the GPU nodes, previewed first as
+``gpu-operator upgrade plan`` shows it, then shown live (``demo_upgrade``); the A100 node is switched to a
+MIG geometry and advertises the new resources. Then the cluster stays up for ``kubectl`` until Ctrl-C (or
+not, with ``--no-interactive``) and everything is torn down.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from rich.console import Console
 from gpu_operator.cli.demo_install import install_operator
 from gpu_operator.cli.demo_operator import OPERATOR_NAMESPACE, create_operator_namespace
 from gpu_operator.cli.demo_progress import watch_until_ready
+from gpu_operator.cli.demo_upgrade import FIRST_VERSION, MAX_PARALLEL, NEW_VERSION, driver_section, run_upgrade
 from gpu_operator.cli.demo_workload import (
     WORKLOAD_NAMESPACE,
     WORKLOAD_POD,
@@ -50,15 +53,17 @@ MIG_CONFIG = "all-1g.5gb"
 MIG_RESOURCE = "nvidia.com/mig-1g.5gb"
 WORKLOAD_GPUS = 2
 BUSY_PERCENT = 90.0
-STEPS = 8
+STEPS = 9
 WIDE = 160
 #: The chart's default values (the exporter embeds the host engine: no standalone DCGM), plus the MIG
-#: strategy that advertises one resource per MIG profile and a 1 s exporter interval for a lively demo.
+#: strategy that advertises one resource per MIG profile, a 1 s exporter interval for a lively demo, and a
+#: driver named explicitly with a rolling-upgrade policy (the upgrade step changes its version).
 POLICY: dict[str, Any] = {
     "apiVersion": "nvidia.com/v1",
     "kind": "ClusterPolicy",
     "metadata": {"name": POLICY_NAME},
     "spec": {
+        "driver": driver_section(version=FIRST_VERSION),
         "dcgm": {"enabled": False},
         "mig": {"strategy": "mixed"},
         "dcgmExporter": {"env": [{"name": "DCGM_EXPORTER_INTERVAL", "value": "1000"}]},
@@ -122,15 +127,19 @@ def _show_workload(*, console: Console, client: Client, sim: Simulator, recorder
 
 
 def _explore(*, console: Console, cluster: LocalCluster, binaries: KubeBinaries, log_path: Path) -> None:
-    _step(console, 8, "Explore")
+    _step(console, 9, "Explore")
     console.print(f"export KUBECONFIG={cluster.kubeconfig_path}")
     kubectl = binaries.kubectl
-    nodes = ("get", "nodes", "-L", "nvidia.com/gpu.product,nvidia.com/mig.config,nvidia.com/mig.config.state")
+    labels = (
+        "nvidia.com/gpu.product,nvidia.com/gpu-driver-upgrade-state,nvidia.com/mig.config,nvidia.com/mig.config.state"
+    )
+    nodes = ("get", "nodes", "-L", labels)
     console.print(f"{kubectl} {' '.join(nodes)}")
     console.print(cluster.kubectl(*nodes, check=False).stdout, markup=False, highlight=False)
     console.print(f"{kubectl} get clusterpolicy {POLICY_NAME} -o yaml")
     console.print(f"{kubectl} -n {OPERATOR_NAMESPACE} get daemonsets,pods -o wide")
     console.print(f"{kubectl} describe node <node>   # allocatable nvidia.com/gpu and mig resources")
+    console.print("gpu-operator status [--node <node>]   # each GPU node's readiness chain and upgrade state")
     console.print(f"operator and agent logs: {log_path}")
 
 
@@ -171,7 +180,7 @@ def _wait_for_ctrl_c(*, console: Console, cluster: LocalCluster) -> None:
 
 @contextlib.contextmanager
 def _system(*, console: Console, cluster: LocalCluster, client: Client, nodes: str, in_process: bool) -> Iterator[None]:
-    """Steps 2 to 7; the simulated nodes and the operator keep running until the block ends."""
+    """Steps 2 to 8; the simulated nodes and the operator keep running until the block ends."""
     access = ClusterAccess.from_kubeconfig(cluster.kubeconfig_path)
     recorder = WorkloadRecorder()
     registry = agent_registry()  # every node agent by its `gpu-operator agent` name, and the operator pod
@@ -184,7 +193,7 @@ def _system(*, console: Console, cluster: LocalCluster, client: Client, nodes: s
             console.print(f"  {name}: {profile.gpu_count} x {profile.gpu_model or 'no GPU'}")
         _step(console, 3, "Run the operator" if in_process else "Install the operator with Helm")
         with install_operator(console=console, cluster=cluster, client=client, in_process=in_process) as operator:
-            _step(console, 4, "Apply the default ClusterPolicy and watch every node become ready")
+            _step(console, 4, f"Apply a ClusterPolicy (driver {FIRST_VERSION}) and watch every node become ready")
             client.create(codecs.from_dict(POLICY))
             took = watch_until_ready(
                 console=console, client=client, sim=sim, namespace=OPERATOR_NAMESPACE, policy=POLICY_NAME
@@ -195,14 +204,17 @@ def _system(*, console: Console, cluster: LocalCluster, client: Client, nodes: s
                 console.print("  [yellow]no dgx-h100 node in --nodes: skipping the workload and exporter steps")
             else:
                 _show_workload(console=console, client=client, sim=sim, recorder=recorder, node=h100)
-            _step(console, 7, f"Switch the A100 node to MIG config {MIG_CONFIG}")
+            _step(console, 7, f"Change the driver to {NEW_VERSION}: a rolling upgrade, {MAX_PARALLEL} nodes at a time")
+            workload = (WORKLOAD_NAMESPACE, WORKLOAD_POD) if h100 is not None else None
+            run_upgrade(console=console, client=client, sim=sim, kubeconfig=cluster.kubeconfig_path,
+                        namespace=OPERATOR_NAMESPACE, policy=POLICY, workload=workload)  # fmt: skip
+            _step(console, 8, f"Switch the A100 node to MIG config {MIG_CONFIG}")
             a100 = _first(names, "a100-mig")
             if a100 is None:
                 console.print("  [yellow]no a100-mig node in --nodes: skipping the MIG step")
             else:
                 switch_mig(console=console, client=client, node=a100, config=MIG_CONFIG, resource=MIG_RESOURCE)
                 console.print(f"  [green]{a100} advertises {MIG_RESOURCE}[/green]")
-            console.print("  rolling driver upgrades are not built yet: the demo does not change the driver version")
             if (problem := operator.problem()) is not None:
                 raise click.ClickException(problem)
             yield

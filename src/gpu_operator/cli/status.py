@@ -1,7 +1,9 @@
 """``gpu-operator status``: the policy's state, then every GPU node and the first step it waits on.
 
 Works against any cluster (``--kubeconfig`` or ``KUBECONFIG``): it reads only the ClusterPolicy, the
-Nodes and the operand pods, so an administrator of a real cluster gets the same answer as the demo.
+Nodes and the operand pods (and, for ``--node``, the Warning events about that node and its operand
+pods), so an administrator of a real cluster gets the same answer as the demo. Under the policy's
+state it prints ``status.driverUpgrade.message``, the upgrade controller's one-line progress summary.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpu_operator.reconcile.explain import NodeReport, explain_node
@@ -23,8 +26,25 @@ def _client(kubeconfig: str | None) -> Any:
     return Client(config=KubeConfig.from_file(kubeconfig)) if kubeconfig else Client()
 
 
-def gather(*, kubeconfig: str | None, namespace: str | None) -> tuple[list[dict[str, Any]], list[NodeReport]]:
-    """ClusterPolicies (as dicts) and one report per GPU node."""
+def _warnings(client: Any, *, namespace: str, node: str) -> list[dict[str, Any]]:
+    """Warning events about ``node`` (any namespace: agents and the controller record them in default)
+    and about the pods of the operator namespace; none when this user may not list events."""
+    from lightkube import ApiError  # noqa: PLC0415
+    from lightkube.resources.core_v1 import Event  # noqa: PLC0415
+
+    about_node = {"involvedObject.kind": "Node", "involvedObject.name": node, "type": "Warning"}
+    try:
+        found = [e.to_dict() for e in client.list(Event, namespace="*", fields=about_node)]
+        found += [e.to_dict() for e in client.list(Event, namespace=namespace, fields={"type": "Warning"})]
+    except ApiError:  # events only add detail: the explanation stands without them
+        return []
+    return found
+
+
+def gather(
+    *, kubeconfig: str | None, namespace: str | None, node_name: str | None = None
+) -> tuple[list[dict[str, Any]], list[NodeReport]]:
+    """ClusterPolicies (as dicts) and one report per GPU node; with ``node_name``, with its Warning events."""
     from lightkube.resources.core_v1 import Node, Pod  # noqa: PLC0415
 
     from gpu_operator.kube.api import ClusterPolicyResource  # noqa: PLC0415
@@ -36,12 +56,13 @@ def gather(*, kubeconfig: str | None, namespace: str | None) -> tuple[list[dict[
         ns = namespace or ((active or {}).get("status") or {}).get("namespace") or "gpu-operator"
         nodes = [n.to_dict() for n in client.list(Node, labels={"nvidia.com/gpu.present": "true"})]
         pods = [p.to_dict() for p in client.list(Pod, namespace=ns)]
+        events = _warnings(client, namespace=ns, node=node_name) if node_name else []
     finally:
         client.close()
     reports = []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         mine = [p for p in pods if (p.get("spec") or {}).get("nodeName") == node["metadata"]["name"]]
-        reports.append(explain_node(node, pods=mine))
+        reports.append(explain_node(node, pods=mine, events=events if node["metadata"]["name"] == node_name else ()))
     return policies, reports
 
 
@@ -52,7 +73,7 @@ def gather(*, kubeconfig: str | None, namespace: str | None) -> tuple[list[dict[
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def status_command(kubeconfig: str | None, namespace: str | None, node_name: str | None, output: str) -> None:
     """Explain the ClusterPolicy and every GPU node: what is ready and what each node waits for."""
-    policies, reports = gather(kubeconfig=kubeconfig, namespace=namespace)
+    policies, reports = gather(kubeconfig=kubeconfig, namespace=namespace, node_name=node_name)
     if node_name:
         reports = [r for r in reports if r.node == node_name]
         if not reports:
@@ -64,20 +85,32 @@ def status_command(kubeconfig: str | None, namespace: str | None, node_name: str
         }
         click.echo(json.dumps(body, indent=2, sort_keys=True))
         return
-    console = Console(width=160)
+    print_status(console=Console(width=160), policies=policies, reports=reports, node_name=node_name)
+    sys.stdout.flush()
+
+
+def print_status(
+    *, console: Console, policies: list[dict[str, Any]], reports: list[NodeReport], node_name: str | None = None
+) -> None:
+    """The human-readable answer: each policy's state, then the node table (or one node's whole chain)."""
     for p in policies:
         status = p.get("status") or {}
         console.print(f"ClusterPolicy [bold]{p['metadata']['name']}[/bold]: {status.get('state', 'unknown')}")
         for cond in status.get("conditions") or []:
             if cond.get("status") == "True":
                 console.print(f"  {cond['type']}: {cond.get('reason')}: {cond.get('message')}", markup=False)
+        if upgrade_message := (status.get("driverUpgrade") or {}).get("message"):
+            console.print(f"  driver upgrades: {upgrade_message}", markup=False, highlight=False)
     if not policies:
         console.print("no ClusterPolicy in this cluster")
     if node_name:
         (report,) = reports
         for step in report.steps:
             mark = "[green]done[/green]" if step.done else "[red]waiting[/red]"
-            console.print(f"  {step.name:<18} {mark}  {step.detail}")
+            # soft_wrap: long pod and event messages stay one line each, whole for grep and copy.
+            console.print(f"  {step.name:<18} {mark}  {escape(step.detail)}", soft_wrap=True)
+            if step.event:
+                console.print(f"  {'':<18}          event: {escape(step.event)}", highlight=False, soft_wrap=True)
         return
     table = Table(title="GPU nodes", title_justify="left")
     for column in ("node", "product", "GPUs", "driver", "upgrade", "MIG", "waiting on"):
@@ -85,6 +118,6 @@ def status_command(kubeconfig: str | None, namespace: str | None, node_name: str
     for r in reports:
         gpus = ", ".join(f"{k.removeprefix('nvidia.com/')}={v}" for k, v in sorted(r.allocatable.items())) or "0"
         mig = f"{r.mig_config} ({r.mig_state})" if r.mig_config else ""
-        table.add_row(r.node, r.product, gpus, r.driver, r.upgrade_state, mig, r.blocking or "[green]ready[/green]")
+        waiting = escape(r.blocking) if r.blocking else "[green]ready[/green]"
+        table.add_row(r.node, r.product, gpus, r.driver, r.upgrade_state, mig, waiting)
     console.print(table)
-    sys.stdout.flush()

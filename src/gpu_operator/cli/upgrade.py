@@ -58,7 +58,7 @@ def to_json(result: Preview, proposal: Proposal) -> dict[str, Any]:
     }
 
 
-def _print(console: Console, result: Preview, proposal: Proposal) -> None:
+def print_preview(console: Console, result: Preview, proposal: Proposal) -> None:
     moving = [f for f in result.nodes if f.wave is not None]
     knobs = result.knobs
     source = "measured on the current driver pods" if proposal.measured else "assumed: no driver pod to measure"
@@ -89,7 +89,7 @@ def _print(console: Console, result: Preview, proposal: Proposal) -> None:
         console.print(f"[yellow]note:[/yellow] {note}")
 
 
-async def _run(*, kubeconfig: str | None, namespace: str, policy: dict[str, Any] | None) -> Proposal:
+async def fetch_proposal(*, kubeconfig: str | None, namespace: str, policy: dict[str, Any] | None) -> Proposal:
     from lightkube import AsyncClient, KubeConfig  # noqa: PLC0415 - keep other commands light
 
     from gpu_operator.kube.api import Kube  # noqa: PLC0415
@@ -131,7 +131,7 @@ def plan_command(
 ) -> None:
     """Preview the driver rollout: waves, evictions, waits, blockers and duration. Changes nothing."""
     try:
-        proposal = asyncio.run(_run(kubeconfig=kubeconfig, namespace=namespace, policy=_policy(policy_file)))
+        proposal = asyncio.run(fetch_proposal(kubeconfig=kubeconfig, namespace=namespace, policy=_policy(policy_file)))
     except ValueError as error:  # an invalid policy: pydantic's message names the fields
         raise click.ClickException(f"{policy_file or 'the live ClusterPolicy'}: {error}") from error
     if install_seconds is not None:
@@ -140,4 +140,4 @@ def plan_command(
     if output == "json":
         click.echo(json.dumps(to_json(result, proposal), indent=2))
     else:
-        _print(Console(), result, proposal)
+        print_preview(Console(), result, proposal)

@@ -5,15 +5,31 @@ exporter), each step judged from the operand pod on that node (init containers f
 waiting in Init is the usual "stuck" shape), the first step that is not done and why, allocatable
 GPUs, the driver version label, the upgrade state and the MIG config state. ``gpu-operator status``
 prints it; ``-o json`` gives the same data to machines.
+
+A node in the middle of a driver upgrade (or whose upgrade failed) is cordoned by the upgrade
+controller whatever its operand pods say, so the upgrade comes first: a ``driver-upgrade`` step
+names the upgrade state, or the failure the controller recorded on the node. When the caller passes
+Kubernetes Events, each step that is not done carries the latest Warning event that explains it: on
+the step's operand pod, and for the upgrade step on the Node (the upgrade controller's
+``GPUDriverUpgrade``, the driver manager's ``DriverManagerFailed``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 JSON = dict[str, Any]
+# The upgrade controller's keys (upstream's, see gpu_operator.upgrade.model): this layer may not import
+# the upgrade package (import-linter's layer contract), so the names are repeated here.
+UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+UPGRADE_FAILURE_ANNOTATION = "nvidia.com/gpu-driver-upgrade-failure"
+UPGRADE_FAILED = "upgrade-failed"
+#: Upgrade states in which the node serves workloads as usual (not cordoned by the controller).
+UPGRADE_IDLE = frozenset({"", "upgrade-done", "upgrade-required"})
+UPGRADE_STEP = "driver-upgrade"
 
 #: (step, operand DaemonSet app label) in the order a node becomes ready.
 CHAIN = (
@@ -31,6 +47,7 @@ class Step:
     name: str
     done: bool
     detail: str
+    event: str = ""  # the latest Warning event that explains why the step is not done
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +60,7 @@ class NodeReport:
     product: str = ""
     driver: str = ""
     upgrade_state: str = ""
+    upgrade_failure: str = ""  # the controller's annotation on an upgrade-failed node
     mig_config: str = ""
     mig_state: str = ""
 
@@ -56,6 +74,10 @@ def _container_problem(status: Mapping[str, Any], *, init: bool) -> str | None:
     if "waiting" in state:
         waiting = state["waiting"]
         why = waiting.get("message") or waiting.get("reason") or "waiting"
+        # A back-off says only that the container keeps failing; its last exit says why.
+        last = (status.get("lastState") or {}).get("terminated") or {}
+        if last:
+            why += f" (last exit {last.get('exitCode')}: {last.get('message') or last.get('reason', '')})"
         return f"{'init container' if init else 'container'} {name} waiting: {why}"
     if "terminated" in state and ((init and state["terminated"].get("exitCode") != 0) or not init):
         term = state["terminated"]
@@ -76,19 +98,79 @@ def pod_problem(pod: Mapping[str, Any] | None) -> str | None:
         problem = _container_problem(init, init=True)
         if problem:
             return problem
-    if status.get("phase") != "Running":
-        return f"pod {pod['metadata']['name']} is {status.get('phase', 'Pending')}"
+    running = status.get("phase") == "Running"
     for container in status.get("containerStatuses") or []:
         problem = _container_problem(container, init=False)
-        if problem:
+        # Before Running only a waiting or exited container says more than the phase does.
+        settled = {"waiting", "terminated"} & set(container.get("state") or {})
+        if problem and (running or settled):
             return problem
+    if not running:
+        return f"pod {pod['metadata']['name']} is {status.get('phase', 'Pending')}"
     return None
 
 
-def explain_node(node: Mapping[str, Any], *, pods: Sequence[Mapping[str, Any]]) -> NodeReport:
-    """The report for one node from its Node object and the operand pods bound to it."""
+def _stamp(event: Mapping[str, Any]) -> dt.datetime:
+    """When an event last happened: core/v1 events set lastTimestamp, events.k8s.io ones eventTime or series."""
+    candidates = (
+        ((event.get("series") or {}).get("lastObservedTime")),
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        (event.get("metadata") or {}).get("creationTimestamp"),
+    )
+    for value in candidates:
+        if value:
+            try:
+                return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+            except ValueError:
+                continue
+    return dt.datetime.min.replace(tzinfo=dt.UTC)
+
+
+def latest_warning(events: Iterable[Mapping[str, Any]], *, kind: str, name: str) -> Mapping[str, Any] | None:
+    """The newest Warning event about the object ``kind``/``name``, or None."""
+    about = [
+        e
+        for e in events
+        if e.get("type") == "Warning"
+        and (e.get("involvedObject") or e.get("regarding") or {}).get("kind") == kind
+        and (e.get("involvedObject") or e.get("regarding") or {}).get("name") == name
+    ]
+    return max(about, key=_stamp, default=None)
+
+
+def event_text(event: Mapping[str, Any] | None) -> str:
+    """One line for an event: ``Warning REASON (xN, at TIME): MESSAGE``."""
+    if event is None:
+        return ""
+    count = int(event.get("count") or (event.get("series") or {}).get("count") or 1)
+    when = _stamp(event)
+    times = f"x{count}, " if count > 1 else ""
+    at = f"{times}at {when:%Y-%m-%dT%H:%M:%SZ}" if when.year > 1 else times.rstrip(", ")
+    message = " ".join(str(event.get("message") or event.get("note") or "").split())
+    return f"Warning {event.get('reason', '?')}{f' ({at})' if at else ''}: {message}"
+
+
+def _upgrade_step(*, node: str, state: str, failure: str, events: Sequence[Mapping[str, Any]]) -> Step | None:
+    """The ``driver-upgrade`` step of a node the upgrade controller holds (None when it holds none)."""
+    if state in UPGRADE_IDLE:
+        return None
+    if state == UPGRADE_FAILED:
+        detail = f"driver upgrade failed: {failure}" if failure else "driver upgrade failed"
+    else:
+        detail = f"driver upgrade: {state}"
+    return Step(
+        name=UPGRADE_STEP, done=False, detail=detail, event=event_text(latest_warning(events, kind="Node", name=node))
+    )
+
+
+def explain_node(
+    node: Mapping[str, Any], *, pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = ()
+) -> NodeReport:
+    """The report for one node from its Node object, the operand pods bound to it and, optionally, events."""
     meta = node["metadata"]
     labels: Mapping[str, str] = meta.get("labels") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
     by_app = {(p["metadata"].get("labels") or {}).get("app"): p for p in pods}
     steps = []
     for name, app in CHAIN:
@@ -98,9 +180,21 @@ def explain_node(node: Mapping[str, Any], *, pods: Sequence[Mapping[str, Any]]) 
             paused = "paused" in (deploy or "")
             steps.append(Step(name=name, done=not paused, detail=f"nvidia.com/gpu.deploy label is {deploy!r}"))
             continue
-        problem = pod_problem(by_app.get(app))
-        steps.append(Step(name=name, done=problem is None, detail=problem or "ready"))
+        pod = by_app.get(app)
+        problem = pod_problem(pod)
+        event = ""
+        if problem is not None and pod is not None:
+            event = event_text(latest_warning(events, kind="Pod", name=pod["metadata"]["name"]))
+        steps.append(Step(name=name, done=problem is None, detail=problem or "ready", event=event))
     blocking = next((f"{s.name}: {s.detail}" for s in steps if not s.done), "")
+    state = labels.get(UPGRADE_STATE_LABEL, "")
+    failure = annotations.get(UPGRADE_FAILURE_ANNOTATION, "") if state == UPGRADE_FAILED else ""
+    upgrade = _upgrade_step(node=meta["name"], state=state, failure=failure, events=events)
+    if upgrade is not None:
+        # The controller keeps the node cordoned until the upgrade ends: that is what it waits on first;
+        # the chain's own first problem (often the restarted driver) says what the upgrade waits on.
+        blocking = upgrade.detail + (f" ({blocking})" if blocking else "")
+        steps.insert(0, upgrade)
     allocatable = {k: v for k, v in ((node.get("status") or {}).get("allocatable") or {}).items() if "nvidia.com" in k}
     return NodeReport(
         node=meta["name"],
@@ -110,7 +204,8 @@ def explain_node(node: Mapping[str, Any], *, pods: Sequence[Mapping[str, Any]]) 
         allocatable=allocatable,
         product=labels.get("nvidia.com/gpu.product", ""),
         driver=labels.get("nvidia.com/cuda.driver-version.full", ""),
-        upgrade_state=labels.get("nvidia.com/gpu-driver-upgrade-state", ""),
+        upgrade_state=state,
+        upgrade_failure=failure,
         mig_config=labels.get("nvidia.com/mig.config", ""),
         mig_state=labels.get("nvidia.com/mig.config.state", ""),
     )

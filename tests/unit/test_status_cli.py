@@ -1,0 +1,72 @@
+"""`gpu-operator status` output: the policy's driver-upgrade summary, upgrade waits, and events under --node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpu_operator.cli import status
+from gpu_operator.reconcile.explain import CHAIN, explain_node
+
+pytestmark = pytest.mark.unit
+
+FAILURE = "driver pod gpu-operator/nvidia-driver-daemonset-x restarted 3 times (CrashLoopBackOff)"
+POLICY = {
+    "metadata": {"name": "cluster-policy"},
+    "status": {
+        "state": "notReady",
+        "driverUpgrade": {
+            "autoUpgrade": True,
+            "message": f"1 upgrading, 2 done, 1 failed of 4 node(s); gpu-2: {FAILURE}",
+        },
+    },
+}
+
+
+def _pod(app: str) -> Any:
+    containers = [{"name": "main", "ready": True, "state": {"running": {}}}]
+    return {
+        "metadata": {"name": f"{app}-x", "labels": {"app": app}},
+        "status": {"phase": "Running", "containerStatuses": containers},
+    }
+
+
+def _node(name: str, state: str, annotations: dict[str, str] | None = None) -> Any:
+    labels = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu-driver-upgrade-state": state}
+    return {"metadata": {"name": name, "labels": labels, "annotations": annotations or {}}, "status": {}}
+
+
+def _gather(**kwargs: Any) -> Any:
+    pods = [_pod(app) for _, app in CHAIN]
+    event = {
+        "type": "Warning", "reason": "GPUDriverUpgrade", "message": f"upgrade failed: {FAILURE}",
+        "lastTimestamp": "2025-01-01T10:05:00Z", "involvedObject": {"kind": "Node", "name": "gpu-2"},
+    }  # fmt: skip
+    failed = _node("gpu-2", "upgrade-failed", {"nvidia.com/gpu-driver-upgrade-failure": FAILURE})
+    reports = [
+        explain_node(_node("gpu-1", "validation-required"), pods=pods),
+        explain_node(failed, pods=pods, events=[event] if kwargs.get("node_name") == "gpu-2" else []),
+    ]
+    return [POLICY], reports
+
+
+def test_table_says_which_nodes_wait_on_the_upgrade(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(status, "gather", _gather)
+    result = CliRunner().invoke(status.status_command, [], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert f"driver upgrades: 1 upgrading, 2 done, 1 failed of 4 node(s); gpu-2: {FAILURE}" in out
+    assert "driver upgrade: validation-required" in out
+    assert "driver upgrade failed: driver pod" in out
+
+
+def test_node_view_shows_the_event_behind_the_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(status, "gather", _gather)
+    result = CliRunner().invoke(status.status_command, ["--node", "gpu-2"])
+    assert result.exit_code == 0, result.output
+    lines = [line.strip() for line in result.output.splitlines()]
+    assert f"driver-upgrade     waiting  driver upgrade failed: {FAILURE}" in lines
+    assert f"event: Warning GPUDriverUpgrade (at 2025-01-01T10:05:00Z): upgrade failed: {FAILURE}" in lines
+    assert "driver             done  ready" in lines
