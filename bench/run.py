@@ -325,6 +325,17 @@ def operator_scale_section(ctx: BenchContext) -> Section:
 SECTIONS.append(operator_scale_section)
 
 
+def driver_upgrade_section(ctx: BenchContext) -> Section:
+    """A rolling driver upgrade of 100 simulated nodes, 10 at a time, against the ideal bound."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import upgrade_bench  # noqa: PLC0415 - a sibling module, imported when this section runs
+
+    return Section("Rolling driver upgrade: 100 nodes", upgrade_bench.markdown(upgrade_bench.measure(ctx.binaries)))
+
+
+SECTIONS.append(driver_upgrade_section)
+
+
 # -- report -----------------------------------------------------------------------------------------------
 
 

@@ -111,3 +111,10 @@ def test_structured_selectors() -> None:
     assert selector.matches({"app": "x", "tier": "db"})
     assert not selector.matches({"app": "x", "tier": "web"})
     assert from_label_selector(None).matches({"anything": "goes"})
+
+
+def test_validation_time_adds_to_every_wave() -> None:
+    nodes = tuple(_fleet(4))
+    result = preview(Snapshot(nodes=nodes, now=NOW), knobs(max_parallel=2), install_seconds=100, validation_seconds=20)
+    assert [w.start_seconds for w in result.waves] == [0, 120]
+    assert result.estimated_seconds == 240

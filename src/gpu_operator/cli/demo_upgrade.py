@@ -176,7 +176,12 @@ def render_rows(*, rows: list[UpgradeRow], version: str, message: str, elapsed: 
 def show_preview(*, console: Console, kubeconfig: Path, namespace: str, policy: JSON) -> float:
     """Print what ``gpu-operator upgrade plan --policy`` prints for ``policy``; returns its estimate (s)."""
     proposal = asyncio.run(upgrade_cli.fetch_proposal(kubeconfig=str(kubeconfig), namespace=namespace, policy=policy))
-    result = preview(proposal.snapshot, proposal.knobs, install_seconds=proposal.install_seconds)
+    result = preview(
+        proposal.snapshot,
+        proposal.knobs,
+        install_seconds=proposal.install_seconds,
+        validation_seconds=proposal.validation_seconds,
+    )
     upgrade_cli.print_preview(console, result, proposal)
     return result.estimated_seconds
 

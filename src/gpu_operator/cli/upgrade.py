@@ -38,6 +38,7 @@ def to_json(result: Preview, proposal: Proposal) -> dict[str, Any]:
         "maxUnavailable": knobs.max_unavailable,
         "installSeconds": result.install_seconds,
         "installSecondsMeasured": proposal.measured,
+        "validationSeconds": proposal.validation_seconds,
         "estimatedSeconds": result.estimated_seconds,
         "waves": [{"index": w.index, "startSeconds": w.start_seconds, "nodes": list(w.nodes)} for w in result.waves],
         "nodes": [
@@ -66,7 +67,8 @@ def print_preview(console: Console, result: Preview, proposal: Proposal) -> None
         f"[bold]Driver upgrade preview[/bold]: {len(moving)} of {len(result.nodes)} node(s) in "
         f"{len(result.waves)} wave(s) (maxParallelUpgrades={knobs.max_parallel or 'unlimited'}, "
         f"maxUnavailable={knobs.max_unavailable}); estimated {_duration(result.estimated_seconds)} "
-        f"at {_duration(result.install_seconds)} per node ({source})"
+        f"at {_duration(result.install_seconds)} install + {_duration(proposal.validation_seconds)} validation "
+        f"per node ({source})"
     )
     waves = Table(title="Waves")
     for column in ("wave", "starts after", "nodes"):
@@ -136,7 +138,12 @@ def plan_command(
         raise click.ClickException(f"{policy_file or 'the live ClusterPolicy'}: {error}") from error
     if install_seconds is not None:
         proposal.install_seconds, proposal.measured = install_seconds, False
-    result = preview(proposal.snapshot, proposal.knobs, install_seconds=proposal.install_seconds)
+    result = preview(
+        proposal.snapshot,
+        proposal.knobs,
+        install_seconds=proposal.install_seconds,
+        validation_seconds=proposal.validation_seconds,
+    )
     if output == "json":
         click.echo(json.dumps(to_json(result, proposal), indent=2))
     else:

@@ -24,7 +24,7 @@ from gpu_operator.kube.api import JSON, Kube, strip
 from gpu_operator.reconcile.clusterpolicy import gather_facts
 from gpu_operator.render import OperatorSettings, render
 from gpu_operator.render.meta import with_owner
-from gpu_operator.upgrade.collect import CLUSTER_POLICY, DRIVER_SELECTOR, Cluster, read_cluster
+from gpu_operator.upgrade.collect import CLUSTER_POLICY, DRIVER_SELECTOR, Cluster, read_cluster, startup
 from gpu_operator.upgrade.controller import knobs_for, snapshot_of
 from gpu_operator.upgrade.model import DriverPodView, Knobs, Snapshot, knobs_from
 
@@ -37,6 +37,7 @@ class Proposal:
     knobs: Knobs
     install_seconds: float
     measured: bool  # install_seconds comes from the live driver pods
+    validation_seconds: float = 0.0  # the validator's start to Ready, measured on its live pods
     notes: list[str] = field(default_factory=list)
 
 
@@ -96,6 +97,11 @@ def _propose(driver: DriverPodView, *, live: JSON, proposed: JSON) -> DriverPodV
     )
 
 
+def _validation_seconds(cluster: Cluster) -> float:
+    measured = [s for pods in cluster.node_validators.values() for p in pods if (s := startup(p.get("status") or {}))]
+    return statistics.median(measured) if measured else 0.0
+
+
 def _install_seconds(cluster: Cluster) -> tuple[float, bool]:
     measured = [d.startup_seconds for _, d in cluster.drivers.values() if d.startup_seconds is not None]
     return (statistics.median(measured), True) if measured else (DEFAULT_INSTALL_SECONDS, False)
@@ -106,12 +112,14 @@ async def build_proposal(kube: Kube, *, namespace: str, policy_doc: dict[str, An
     cluster = await read_cluster(kube, namespace=namespace, every_pod=True)
     notes: list[str] = []
     install, measured = _install_seconds(cluster)
+    validation = _validation_seconds(cluster)
     if policy_doc is None:
         knobs = (await knobs_for(kube, max_driver_restarts=10))[0].get(CLUSTER_POLICY, Knobs())
         if isinstance(knobs, str):
             raise ValueError(knobs)
-        return Proposal(snapshot=snapshot_of(cluster, partition=CLUSTER_POLICY, now=0.0), knobs=knobs,
-                        install_seconds=install, measured=measured, notes=notes)  # fmt: skip
+        snapshot = snapshot_of(cluster, partition=CLUSTER_POLICY, now=0.0)
+        return Proposal(snapshot=snapshot, knobs=knobs, install_seconds=install, measured=measured,
+                        validation_seconds=validation, notes=notes)  # fmt: skip
     policy = ClusterPolicy.model_validate(policy_doc)
     sandbox = is_enabled(policy.spec, section="sandboxWorkloads")
     knobs = knobs_from(policy.spec.driver.upgrade_policy, sandbox=sandbox)
@@ -138,4 +146,7 @@ async def build_proposal(kube: Kube, *, namespace: str, policy_doc: dict[str, An
             notes.append(f"{view.name}: the driver image cannot be pulled now ({view.driver.waiting_reason})")
     if not knobs.auto_upgrade:
         notes.append("driver.upgradePolicy.autoUpgrade is off: the operator will not roll the change")
-    return Proposal(snapshot=snapshot, knobs=knobs, install_seconds=install, measured=measured, notes=notes)
+    return Proposal(
+        snapshot=snapshot, knobs=knobs, install_seconds=install, measured=measured, validation_seconds=validation,
+        notes=notes,
+    )  # fmt: skip

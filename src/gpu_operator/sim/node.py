@@ -93,6 +93,7 @@ class SimNode:
         self.uid = ""
         self.registered = False
         self._slots: dict[str, int] = {}
+        self._next_slot = 0
 
     # -- PodHost --------------------------------------------------------------------------------------
 
@@ -136,8 +137,13 @@ class SimNode:
         if host_network:
             return self.host_ip
         if uid not in self._slots:
+            # Round-robin over the node's 254 addresses: a just-freed address is not handed out again at
+            # once, since the old pod's servers may still be closing their sockets on it.
             used = set(self._slots.values())
-            self._slots[uid] = next(i for i in range(len(used) + 1) if i not in used)
+            slot = next((s % 254 for s in range(self._next_slot, self._next_slot + 254) if s % 254 not in used), None)
+            if slot is None:
+                raise RuntimeError(f"node {self.name}: all 254 pod addresses are in use")
+            self._slots[uid], self._next_slot = slot, slot + 1
         return pod_ip(node_index=self.index, slot=self._slots[uid])
 
     def release_pod_ip(self, uid: str) -> None:

@@ -76,7 +76,8 @@ def _env(template: JSON, name: str) -> str:
     return ""
 
 
-def _startup(status: JSON) -> float | None:
+def startup(status: JSON) -> float | None:
+    """Seconds from a pod's start to Ready (None while not Ready)."""
     ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
     if not ready or ready.get("status") != "True" or not status.get("startTime"):
         return None
@@ -112,7 +113,7 @@ def driver_view(pod: JSON, *, daemonset: JSON | None, newest_hash: str | None) -
         version=_env(pod, "DRIVER_VERSION"),
         target_version=_env(template, "DRIVER_VERSION"),
         digest=digest,
-        startup_seconds=_startup(status),
+        startup_seconds=startup(status),
     )
 
 

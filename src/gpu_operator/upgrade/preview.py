@@ -3,7 +3,7 @@
 Nothing here touches the cluster. Each virtual pass calls the same ``plan`` the controller calls, then
 applies its steps to the copy as the cluster would answer: evicted pods go (unless a
 PodDisruptionBudget allows no disruption), a deleted driver pod comes back in sync and becomes ready
-``install_seconds`` later, validation passes once the driver is ready. When no step changes anything
+``install_seconds`` later, the validator passes ``validation_seconds`` after that. When no step changes anything
 the clock jumps to the next moment something can happen (a driver becoming ready, a timeout). Nodes
 that start in the same pass form a wave. The result names, per node, its wave, the pods it will
 evict, the jobs it waits for and what blocks it, and the estimated duration. Because the live
@@ -77,7 +77,9 @@ class _Virtual:
     nodes: dict[str, NodeView]
     snapshot: Snapshot
     install_seconds: float
+    validation_seconds: float = 0.0
     ready_at: dict[str, float] = field(default_factory=dict)
+    validated_at: dict[str, float] = field(default_factory=dict)
 
     def apply(self, step: Step, now: float) -> bool:
         """Apply ``step`` as the cluster would; False when nothing changed (e.g. only a refused eviction)."""
@@ -104,19 +106,22 @@ class _Virtual:
         return self.nodes[step.node] != node
 
     def tick(self, now: float) -> None:
-        """Drivers whose install finished are ready, and the validator passes on them."""
+        """Drivers whose install finished are ready; validators pass ``validation_seconds`` later."""
         for name, when in list(self.ready_at.items()):
             node = self.nodes[name]
             if when <= now and node.driver is not None:
-                validator = PodView(namespace="virtual", name=f"validator-{name}", created=now, ready=True)
                 driver = dataclasses.replace(node.driver, ready=True)
-                self.nodes[name] = dataclasses.replace(
-                    node, driver=driver, validators=(validator,), validators_known=True
-                )
+                self.nodes[name] = dataclasses.replace(node, driver=driver, validators=(), validators_known=True)
                 del self.ready_at[name]
+                self.validated_at[name] = now + self.validation_seconds
+        for name, when in list(self.validated_at.items()):
+            if when <= now:
+                validator = PodView(namespace="virtual", name=f"validator-{name}", created=now, ready=True)
+                self.nodes[name] = dataclasses.replace(self.nodes[name], validators=(validator,))
+                del self.validated_at[name]
 
     def next_moment(self, now: float, knobs: Knobs) -> float | None:
-        moments = [t for t in self.ready_at.values() if t > now]
+        moments = [t for t in (*self.ready_at.values(), *self.validated_at.values()) if t > now]
         timers = {
             m.WAIT_FOR_JOBS: (m.WAIT_START, knobs.wait_timeout),
             m.POD_DELETION: (m.DELETION_START, knobs.deletion_timeout),
@@ -155,9 +160,14 @@ def _note(forecast: NodeForecast, step: Step) -> None:
         forecast.blockers.append(step.waiting)
 
 
-def preview(snapshot: Snapshot, knobs: Knobs, *, install_seconds: float) -> Preview:
+def preview(snapshot: Snapshot, knobs: Knobs, *, install_seconds: float, validation_seconds: float = 0.0) -> Preview:
     """Foresee the rollout from ``snapshot`` under ``knobs`` (see the module docstring)."""
-    virtual = _Virtual(nodes={n.name: n for n in snapshot.nodes}, snapshot=snapshot, install_seconds=install_seconds)
+    virtual = _Virtual(
+        nodes={n.name: n for n in snapshot.nodes},
+        snapshot=snapshot,
+        install_seconds=install_seconds,
+        validation_seconds=validation_seconds,
+    )
     forecasts = _forecasts(snapshot)
     waves: list[Wave] = []
     start = now = snapshot.now
