@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from typing import Any
 
 from lightkube import ApiError, AsyncClient, codecs
@@ -70,7 +70,19 @@ def _node_digest(node: Any) -> tuple[Any, ...]:
     return labels, annotations, info.containerRuntimeVersion if info else "", ready, cordoned
 
 
-async def changed_nodes(events: AsyncIterable[tuple[str, Any]]) -> AsyncIterator[tuple[str, Any]]:
+UPGRADE_KEY_PREFIX = "nvidia.com/gpu-driver-upgrade"
+
+
+def reconcile_digest(node: Any) -> tuple[Any, ...]:
+    """What the policy reconciler reads from a Node: labels and runtime, without the driver-upgrade
+    controller's own labels and annotations or the cordon (changes the upgrade controller makes)."""
+    meta, status = node.metadata, node.status
+    labels = tuple(sorted(i for i in (meta.labels or {}).items() if not i[0].startswith(UPGRADE_KEY_PREFIX)))
+    info = status.nodeInfo if status else None
+    return labels, info.containerRuntimeVersion if info else ""
+
+
+async def changed_nodes(events: AsyncIterable[tuple[str, Any]]) -> AsyncGenerator[tuple[str, Any], None]:
     """The events of a Node watch that change what a pass reads: new and deleted nodes, label and runtime
     changes. Kubelet heartbeats (``status.conditions`` every few seconds on every node) are dropped: at a
     thousand nodes they are dozens of events a second that would keep an idle operator reconciling."""

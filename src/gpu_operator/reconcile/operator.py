@@ -18,7 +18,7 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node
 
-from gpu_operator.kube.api import ClusterPolicyResource, Kube, NVIDIADriverResource, changed_nodes
+from gpu_operator.kube.api import ClusterPolicyResource, Kube, NVIDIADriverResource, changed_nodes, reconcile_digest
 from gpu_operator.reconcile.clusterpolicy import Outcome, reconcile_once
 from gpu_operator.render import OperatorSettings
 from gpu_operator.upgrade.controller import UpgradeOutcome, upgrade_pass
@@ -98,6 +98,21 @@ async def _watch(wakes: Wakes, stream: Callable[[], Any], stop: asyncio.Event, w
             await asyncio.wait_for(stop.wait(), timeout=1.0)
 
 
+async def _node_events(client: AsyncClient, wakes: Wakes) -> AsyncGenerator[tuple[str, Any], None]:
+    """Node changes, sorted by who needs them: every change wakes the upgrade controller; only changes the
+    policy reconciler reads wake it too (a rollout's own label writes would otherwise keep it busy)."""
+    seen: dict[str, tuple[Any, ...]] = {}
+    async with contextlib.aclosing(changed_nodes(client.watch(Node))) as events:
+        async for kind, node in events:
+            name = node.metadata.name if node.metadata else ""
+            digest = reconcile_digest(node)
+            if kind == "DELETED" or seen.get(name) != digest:
+                seen[name] = digest
+                yield kind, node  # _watch wakes every key
+            else:
+                wakes.events[1].set()  # the upgrade controller's key only
+
+
 @dataclass
 class Wakes:
     """One event per work key: a watch event wakes every key (each decides for itself what changed)."""
@@ -137,7 +152,7 @@ class Operator:
                 _watch(wakes, lambda: self.client.watch(ClusterPolicyResource), stop, "clusterpolicies")
             ),
             # Heartbeats are dropped: at a thousand nodes they would keep an idle operator reconciling.
-            asyncio.create_task(_watch(wakes, lambda: changed_nodes(self.client.watch(Node)), stop, "nodes")),
+            asyncio.create_task(_watch(wakes, lambda: _node_events(self.client, wakes), stop, "nodes")),
             asyncio.create_task(_watch(wakes, lambda: self.client.watch(NVIDIADriverResource), stop, "nvidiadrivers")),
             asyncio.create_task(
                 _watch(wakes, lambda: self.client.watch(DaemonSet, namespace=self.namespace), stop, "daemonsets")

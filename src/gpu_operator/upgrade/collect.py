@@ -219,6 +219,7 @@ async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -
                 ):
                     cluster.node_validators[node_name].append(pod)
         return cluster
+    validating: list[str] = []
     for name, node in nodes.items():
         state = (node["metadata"].get("labels") or {}).get(m.STATE_LABEL, "")
         if state in PODS_NEEDED:
@@ -226,9 +227,13 @@ async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -
                 "v1", "Pod", namespace=ALL, fields={"spec.nodeName": name}
             )
         if state in VALIDATORS_NEEDED:
-            cluster.node_validators[name] = await kube.list_objects(
-                "v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR, fields={"spec.nodeName": name}
-            )
+            validating.append(name)
+    if validating:  # one list for all of them: the validator runs one pod per GPU node
+        cluster.node_validators = {name: [] for name in validating}
+        for pod in await kube.list_objects("v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR):
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if node_name in cluster.node_validators:
+                cluster.node_validators[node_name].append(pod)
     return cluster
 
 
