@@ -169,3 +169,27 @@ def test_crash_loop_names_the_last_exit_even_before_running() -> None:
     pending["status"]["containerStatuses"] = [{"name": "main", "ready": False, "state": {}}]
     report = explain_node(NODE, pods=[*(_pod(app) for _, app in CHAIN[:-1]), pending])
     assert report.blocking == "exporter: pod nvidia-dcgm-exporter-x is Pending"
+
+
+def test_an_unregistered_plugin_is_named_before_the_validator_waiting_for_it() -> None:
+    from gpu_operator.reconcile.explain import explain_node  # noqa: PLC0415
+
+    def pod(app: str, **status: object) -> dict[str, object]:
+        return {"metadata": {"name": f"{app}-x", "labels": {"app": app}}, "status": {"phase": "Running", **status}}
+
+    ready = {"conditions": [{"type": "Ready", "status": "True"}],
+             "containerStatuses": [{"name": "c", "ready": True, "state": {"running": {}}}]}  # fmt: skip
+    waiting = {
+        "phase": "Pending",
+        "initContainerStatuses": [{"name": "plugin-validation", "ready": False, "state": {"running": {}}}],
+    }
+    not_ready = {"containerStatuses": [{"name": "nvidia-device-plugin", "ready": False, "state": {"running": {}}}]}
+    pods = [
+        pod("nvidia-driver-daemonset", **ready),
+        pod("nvidia-container-toolkit-daemonset", **ready),
+        pod("nvidia-operator-validator", **waiting),
+        pod("nvidia-device-plugin-daemonset", **not_ready),
+    ]
+    node = {"metadata": {"name": "n", "labels": {"nvidia.com/gpu.present": "true"}}, "status": {}}
+    report = explain_node(node, pods=pods)
+    assert report.blocking.startswith("device-plugin: "), report.blocking

@@ -186,7 +186,14 @@ def explain_node(
         if problem is not None and pod is not None:
             event = event_text(latest_warning(events, kind="Pod", name=pod["metadata"]["name"]))
         steps.append(Step(name=name, done=problem is None, detail=problem or "ready", event=event))
-    blocking = next((f"{s.name}: {s.detail}" for s in steps if not s.done), "")
+    first = next((s for s in steps if not s.done), None)
+    plugin = next((s for s in steps if s.name == "device-plugin"), None)
+    # The validator's plugin check waits for GPUs the device plugin advertises: when the plugin is not
+    # ready itself, it is the cause, not the validator waiting on it.
+    waits_on_plugin = first is not None and first.name == "validation" and "plugin-validation" in first.detail
+    if waits_on_plugin and plugin is not None and not plugin.done:
+        first = plugin
+    blocking = f"{first.name}: {first.detail}" if first is not None else ""
     state = labels.get(UPGRADE_STATE_LABEL, "")
     failure = annotations.get(UPGRADE_FAILURE_ANNOTATION, "") if state == UPGRADE_FAILED else ""
     upgrade = _upgrade_step(node=meta["name"], state=state, failure=failure, events=events)

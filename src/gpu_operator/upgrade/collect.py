@@ -11,6 +11,7 @@ pure and also serve the tests and the preview.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -178,10 +179,15 @@ class Cluster:
 
 async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -> Cluster:
     """One pass's view; ``every_pod`` reads all pods at once (the preview needs every node's pods)."""
-    sets = await kube.list_objects("apps/v1", "DaemonSet", namespace=namespace, labels=DRIVER_SELECTOR)
-    revisions = await kube.list_objects("apps/v1", "ControllerRevision", namespace=namespace, labels=DRIVER_SELECTOR)
-    pods = await kube.list_objects("v1", "Pod", namespace=namespace, labels=DRIVER_SELECTOR)
-    nodes = {n["metadata"]["name"]: n for n in await kube.list_objects("v1", "Node")}
+    # Independent reads go out together: a pass costs one round trip, not six, on a busy API server.
+    sets, revisions, pods, node_list, pdbs = await asyncio.gather(
+        kube.list_objects("apps/v1", "DaemonSet", namespace=namespace, labels=DRIVER_SELECTOR),
+        kube.list_objects("apps/v1", "ControllerRevision", namespace=namespace, labels=DRIVER_SELECTOR),
+        kube.list_objects("v1", "Pod", namespace=namespace, labels=DRIVER_SELECTOR),
+        kube.list_objects("v1", "Node"),
+        kube.list_objects("policy/v1", "PodDisruptionBudget", namespace=ALL),
+    )
+    nodes = {n["metadata"]["name"]: n for n in node_list}
     by_uid = {d["metadata"]["uid"]: d for d in sets}
     newest = newest_revisions(revisions)
     drivers: dict[str, tuple[str, DriverPodView]] = {}
@@ -203,7 +209,7 @@ async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -
             selector=from_label_selector((b.get("spec") or {}).get("selector")),
             disruptions_allowed=int((b.get("status") or {}).get("disruptionsAllowed", 0)),
         )
-        for b in await kube.list_objects("policy/v1", "PodDisruptionBudget", namespace=ALL)
+        for b in pdbs
     )
     cluster = Cluster(nodes=nodes, drivers=drivers, budgets=budgets)
     if every_pod:
@@ -219,15 +225,13 @@ async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -
                 ):
                     cluster.node_validators[node_name].append(pod)
         return cluster
-    validating: list[str] = []
-    for name, node in nodes.items():
-        state = (node["metadata"].get("labels") or {}).get(m.STATE_LABEL, "")
-        if state in PODS_NEEDED:
-            cluster.node_pods[name] = await kube.list_objects(
-                "v1", "Pod", namespace=ALL, fields={"spec.nodeName": name}
-            )
-        if state in VALIDATORS_NEEDED:
-            validating.append(name)
+    states = {name: (node["metadata"].get("labels") or {}).get(m.STATE_LABEL, "") for name, node in nodes.items()}
+    busy = sorted(name for name, state in states.items() if state in PODS_NEEDED)
+    listed = await asyncio.gather(
+        *(kube.list_objects("v1", "Pod", namespace=ALL, fields={"spec.nodeName": name}) for name in busy)
+    )
+    cluster.node_pods.update(zip(busy, listed, strict=True))
+    validating = [name for name, state in states.items() if state in VALIDATORS_NEEDED]
     if validating:  # one list for all of them: the validator runs one pod per GPU node
         cluster.node_validators = {name: [] for name in validating}
         for pod in await kube.list_objects("v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR):

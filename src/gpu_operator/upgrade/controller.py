@@ -10,6 +10,7 @@ continues from the labels and annotations on the Nodes. ``upgrade_pass`` returns
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -107,9 +108,12 @@ async def upgrade_pass(
     kube: Kube, *, namespace: str, max_driver_restarts: int = m.MAX_DRIVER_RESTARTS, now: float | None = None
 ) -> UpgradeOutcome:
     """One pass over every partition (see the module docstring)."""
-    settings, owners = await knobs_for(kube, max_driver_restarts=max_driver_restarts)
-    cluster = await read_cluster(kube, namespace=namespace)
-    validation = await kube.get("apps/v1", "DaemonSet", VALIDATOR_DAEMONSET, namespace=namespace) is not None
+    (settings, owners), cluster, validator = await asyncio.gather(
+        knobs_for(kube, max_driver_restarts=max_driver_restarts),
+        read_cluster(kube, namespace=namespace),
+        kube.get("apps/v1", "DaemonSet", VALIDATOR_DAEMONSET, namespace=namespace),
+    )
+    validation = validator is not None
     moment = time.time() if now is None else now
     results = []
     for partition in sorted(set(partitions(cluster)) | set(owners)):

@@ -11,6 +11,7 @@ cluster's state.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from gpu_operator.upgrade.plan import Plan
 from gpu_operator.upgrade.steps import Step
 
 log = logging.getLogger(__name__)
+PARALLEL_NODES = 16  # nodes whose steps are applied at once
 EVENT_NAMESPACE = "default"  # Node events live there, where `kubectl describe node` finds them
 
 
@@ -103,12 +105,16 @@ async def apply_step(kube: Kube, step: Step, applied: Applied) -> None:
 async def execute(kube: Kube, plan: Plan | Sequence[Step]) -> Applied:
     applied = Applied()
     steps = plan.steps if isinstance(plan, Plan) else plan
-    for step in steps:
-        if not step.acts:
-            continue
-        try:
-            await apply_step(kube, step, applied)
-        except (ApiError, OSError) as error:
-            log.warning("driver upgrade of node %s: %s", step.node, error)
-            applied.errors.append(f"{step.node}: {error}")
+    # Nodes are independent: their steps run concurrently (each node's own effects stay in order).
+    limit = asyncio.Semaphore(PARALLEL_NODES)
+
+    async def one(step: Step) -> None:
+        async with limit:
+            try:
+                await apply_step(kube, step, applied)
+            except (ApiError, OSError) as error:
+                log.warning("driver upgrade of node %s: %s", step.node, error)
+                applied.errors.append(f"{step.node}: {error}")
+
+    await asyncio.gather(*(one(step) for step in steps if step.acts))
     return applied
