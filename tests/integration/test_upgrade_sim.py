@@ -95,7 +95,8 @@ class Recorder:
         self.cordon_flips: dict[str, list[bool]] = defaultdict(list)
         self.driver_uids: dict[str, set[str]] = defaultdict(set)
         self.driver_replaced: dict[str, float] = {}  # node -> when its second driver pod was first seen
-        self.trainer_active: dict[str, float] = {}  # node -> when a trainer pod last ran there, not terminating
+        # trainer pod uid -> (its node, when it was last seen running there, not terminating)
+        self.trainer_last: dict[str, tuple[str, float]] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -112,8 +113,8 @@ class Recorder:
                     if len(self.driver_uids[p.spec.nodeName]) == 2:
                         self.driver_replaced.setdefault(p.spec.nodeName, now)
             for t in self.client.list(Pod, namespace=self.namespace, labels={"app": "trainer"}):
-                if t.spec and t.spec.nodeName and t.metadata and not t.metadata.deletionTimestamp:
-                    self.trainer_active[t.spec.nodeName] = now
+                if t.spec and t.spec.nodeName and t.metadata and t.metadata.uid and not t.metadata.deletionTimestamp:
+                    self.trainer_last[t.metadata.uid] = (t.spec.nodeName, now)
             busy = []
             for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
                 name = node["metadata"]["name"]
@@ -181,7 +182,9 @@ def test_rolling_driver_upgrade_of_20_nodes(
     wait_for(lambda: _ready_policy(client), timeout=120, describe="ClusterPolicy ready")
     client.create(_trainer(namespace))
     wait_for(lambda: _running(client, namespace) == 4, timeout=120, describe="4 trainer pods running")
-    trainer_nodes = {p.spec.nodeName for p in client.list(Pod, namespace=namespace, labels={"app": "trainer"})}  # type: ignore[union-attr]
+    trainers = list(client.list(Pod, namespace=namespace, labels={"app": "trainer"}))
+    trainer_nodes = {p.spec.nodeName for p in trainers}  # type: ignore[union-attr]
+    trainer_uids = {str(p.metadata.uid) for p in trainers}  # type: ignore[union-attr]
 
     # The preview of the change, from the live cluster.
     proposed = tmp_path / "policy.yaml"
@@ -231,8 +234,11 @@ def test_rolling_driver_upgrade_of_20_nodes(
         recorder.thread.join(timeout=10)
 
     assert recorder.max_in_progress <= 3
-    for node in trainer_nodes:  # GPU pods were evicted before the driver under them was replaced
-        assert recorder.trainer_active[node] < recorder.driver_replaced[node], node
+    # GPU pods were evicted before the driver under them was replaced (their replacements, new pods
+    # that may land on the node once it is uncordoned again, do not count).
+    for uid in trainer_uids:
+        node, last = recorder.trainer_last[uid]
+        assert last < recorder.driver_replaced[node], (node, uid)
     assert [recorder.start_order[i : i + len(w)] for i, w in _offsets(waves)] == waves
     assert {m.POD_DELETION, m.POD_RESTART, m.VALIDATION} <= set(restarted)
     for node in nodes[:-1]:
