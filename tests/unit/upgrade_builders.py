@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import Budget, DriverPodView, Knobs, NodeView, PodView, Snapshot
 from gpu_operator.upgrade.plan import Plan, plan
+from gpu_operator.upgrade.preview import merge_patch
 from gpu_operator.upgrade.selectors import parse_selector
 from gpu_operator.upgrade.steps import Step
 
@@ -88,22 +89,13 @@ def applied(n: NodeView, step: Step | None) -> NodeView:
     if step is None:
         return n
 
-    def merge(current: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
-        out = dict(current)
-        for key, value in changes.items():
-            if value is None:
-                out.pop(key, None)
-            else:
-                out[key] = value
-        return out
-
     drv = n.driver
     if step.delete_driver and drv is not None:
         drv = dataclasses.replace(drv, terminating=True)
     return dataclasses.replace(
         n,
-        labels=merge(n.labels, step.labels),
-        annotations=merge(n.annotations, step.annotations),
+        labels=merge_patch(n.labels, step.labels),
+        annotations=merge_patch(n.annotations, step.annotations),
         unschedulable=n.unschedulable if step.unschedulable is None else step.unschedulable,
         pods=tuple(p for p in n.pods if p.key not in step.evict),
         driver=drv,

@@ -56,7 +56,8 @@ class Preview:
         return next((f.wave for f in self.nodes if f.node == node), None)
 
 
-def _merge(current: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+def merge_patch(current: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    """Labels or annotations after a merge patch (None removes a key), as the API server applies it."""
     out = dict(current)
     for key, value in changes.items():
         if value is None:
@@ -96,8 +97,8 @@ class _Virtual:
             self.ready_at[step.node] = now + self.install_seconds
         self.nodes[step.node] = dataclasses.replace(
             node,
-            labels=_merge(node.labels, step.labels),
-            annotations=_merge(node.annotations, step.annotations),
+            labels=merge_patch(node.labels, step.labels),
+            annotations=merge_patch(node.annotations, step.annotations),
             unschedulable=node.unschedulable if step.unschedulable is None else step.unschedulable,
             pods=pods,
             validators=validators,
