@@ -8,7 +8,8 @@ read through :mod:`gpu_operator.api.defaults`, which holds the "absent means ...
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field
 
@@ -412,4 +413,14 @@ class ClusterPolicy(ApiModel):
     status: ClusterPolicyStatus | None = None
 
 
-__all__ = ["ClusterPolicy", "ClusterPolicySpec", "ClusterPolicyStatus", "EnvVar"]
+_Doc = TypeVar("_Doc", bound=Mapping[str, Any])
+
+
+def active_policy(policies: Sequence[_Doc]) -> _Doc | None:
+    """The one policy in effect: the oldest live one by creation time, name as tie-break (upstream's
+    singleton rule; the others are ``ignored``)."""
+    live = [p for p in policies if not p["metadata"].get("deletionTimestamp")]
+    return min(live, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]), default=None)
+
+
+__all__ = ["ClusterPolicy", "ClusterPolicySpec", "ClusterPolicyStatus", "EnvVar", "active_policy"]

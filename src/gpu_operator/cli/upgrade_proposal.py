@@ -24,7 +24,7 @@ from gpu_operator.kube.api import JSON, Kube, strip
 from gpu_operator.reconcile.clusterpolicy import gather_facts
 from gpu_operator.render import OperatorSettings, render
 from gpu_operator.render.meta import with_owner
-from gpu_operator.upgrade.collect import CLUSTER_POLICY, DRIVER_SELECTOR, Cluster, read_cluster, startup
+from gpu_operator.upgrade.collect import CLUSTER_POLICY, DRIVER_SELECTOR, Cluster, read_cluster, startup, template_env
 from gpu_operator.upgrade.controller import knobs_for, snapshot_of
 from gpu_operator.upgrade.model import DriverPodView, Knobs, Snapshot, knobs_from
 
@@ -39,14 +39,6 @@ class Proposal:
     measured: bool  # install_seconds comes from the live driver pods
     validation_seconds: float = 0.0  # the validator's start to Ready, measured on its live pods
     notes: list[str] = field(default_factory=list)
-
-
-def _env(template: JSON, name: str) -> str:
-    for c in (template.get("spec") or {}).get("containers") or []:
-        for e in c.get("env") or []:
-            if e.get("name") == name:
-                return str(e.get("value", ""))
-    return ""
 
 
 async def _settings(kube: Kube, *, namespace: str) -> OperatorSettings:
@@ -90,10 +82,13 @@ async def _proposed_templates(
 def _propose(driver: DriverPodView, *, live: JSON, proposed: JSON) -> DriverPodView:
     if live == proposed:
         return driver
-    digest = _env(proposed, "DRIVER_CONFIG_DIGEST")
+    digest = template_env(proposed, "DRIVER_CONFIG_DIGEST")
     same = bool(digest) and digest == driver.digest  # a restart would not need a reinstall
     return dataclasses.replace(
-        driver, in_sync=False, same_config=same, target_version=_env(proposed, "DRIVER_VERSION") or driver.version
+        driver,
+        in_sync=False,
+        same_config=same,
+        target_version=template_env(proposed, "DRIVER_VERSION") or driver.version,
     )
 
 

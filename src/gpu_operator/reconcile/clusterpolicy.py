@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.api.clusterpolicy import ClusterPolicy, active_policy
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.kube.api import JSON, Kube, applied_hash, with_applied_hash
 from gpu_operator.reconcile.daemonsets import readiness_of
@@ -62,12 +62,6 @@ class Outcome:
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def active_policy(policies: Sequence[JSON]) -> JSON | None:
-    """The oldest policy by creation time, name as tie-break (upstream's singleton rule)."""
-    live = [p for p in policies if not p["metadata"].get("deletionTimestamp")]
-    return min(live, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]), default=None)
 
 
 async def label_nodes(kube: Kube, *, nodes: Sequence[JSON], policy: ClusterPolicy) -> int:

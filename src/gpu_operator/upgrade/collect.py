@@ -69,7 +69,8 @@ def pod_view(pod: JSON) -> PodView:
     )
 
 
-def _env(template: JSON, name: str) -> str:
+def template_env(template: JSON, name: str) -> str:
+    """The literal value of env var ``name`` in a pod (template)'s containers; "" when absent."""
     for c in (template.get("spec") or {}).get("containers") or []:
         for e in c.get("env") or []:
             if e.get("name") == name and "value" in e:
@@ -98,21 +99,21 @@ def driver_view(pod: JSON, *, daemonset: JSON | None, newest_hash: str | None) -
     meta, status = pod["metadata"], pod.get("status") or {}
     restarts, reason = _not_ready_restarts(status)
     template = (daemonset or {}).get("spec", {}).get("template") or {}
-    digest = _env(pod, "DRIVER_CONFIG_DIGEST")
+    digest = template_env(pod, "DRIVER_CONFIG_DIGEST")
     return DriverPodView(
         namespace=meta.get("namespace", ""),
         name=meta["name"],
         daemonset=(daemonset or {}).get("metadata", {}).get("name", ""),
         in_sync=daemonset is not None and (meta.get("labels") or {}).get("controller-revision-hash") == newest_hash,
-        same_config=bool(digest) and digest == _env(template, "DRIVER_CONFIG_DIGEST"),
+        same_config=bool(digest) and digest == template_env(template, "DRIVER_CONFIG_DIGEST"),
         running=status.get("phase") == "Running",
         ready=_ready(status),
         terminating=bool(meta.get("deletionTimestamp")),
         restarts=restarts,
         waiting_reason=reason,
         created=_seconds(meta.get("creationTimestamp")),
-        version=_env(pod, "DRIVER_VERSION"),
-        target_version=_env(template, "DRIVER_VERSION"),
+        version=template_env(pod, "DRIVER_VERSION"),
+        target_version=template_env(template, "DRIVER_VERSION"),
         digest=digest,
         startup_seconds=startup(status),
     )

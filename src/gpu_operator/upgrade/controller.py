@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.api.clusterpolicy import ClusterPolicy, active_policy
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.api.nvidiadriver import NVIDIADriver
 from gpu_operator.kube.api import JSON, Kube
@@ -63,16 +63,11 @@ class UpgradeOutcome:
         return FAILED_REQUEUE if states.get(m.FAILED) else None
 
 
-def _oldest(policies: list[JSON]) -> JSON | None:
-    live = [p for p in policies if not p["metadata"].get("deletionTimestamp")]
-    return min(live, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]), default=None)
-
-
 async def knobs_for(kube: Kube, *, max_driver_restarts: int) -> tuple[dict[str, Knobs | str], dict[str, StatusOwner]]:
     """Partition -> its knobs (or why its policy cannot be used), and partition -> its status owner."""
     out: dict[str, Knobs | str] = {}
     owners: dict[str, StatusOwner] = {}
-    policy = _oldest(await kube.list_objects("nvidia.com/v1", "ClusterPolicy"))
+    policy = active_policy(await kube.list_objects("nvidia.com/v1", "ClusterPolicy"))
     out[CLUSTER_POLICY] = Knobs(auto_upgrade=False)
     if policy is not None:
         owners[CLUSTER_POLICY] = _owner(policy)
