@@ -239,7 +239,9 @@ def test_rolling_driver_upgrade_of_20_nodes(
     for uid in trainer_uids:
         node, last = recorder.trainer_last[uid]
         assert last < recorder.driver_replaced[node], (node, uid)
-    assert [recorder.start_order[i : i + len(w)] for i, w in _offsets(waves)] == waves
+    # A wave's nodes start in one pass, their patches concurrently: the groups must match, not the order inside.
+    observed = [sorted(recorder.start_order[i : i + len(w)]) for i, w in _offsets(waves)]
+    assert observed == [sorted(w) for w in waves]
     assert {m.POD_DELETION, m.POD_RESTART, m.VALIDATION} <= set(restarted)
     for node in nodes[:-1]:
         pod = _driver_pod(client, namespace, node)
