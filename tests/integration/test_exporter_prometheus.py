@@ -81,7 +81,9 @@ class Prometheus:
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=5.0)
 
     def query(self, expr: str) -> list[JSON]:
-        answer = self.client.get("/api/v1/query", params={"query": expr}).json()
+        response = self.client.get("/api/v1/query", params={"query": expr})
+        response.raise_for_status()  # 503 while Prometheus starts: an HTTPError, which `wait` retries
+        answer = response.json()
         assert answer["status"] == "success", answer
         return list(answer["data"]["result"])
 
