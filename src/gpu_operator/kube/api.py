@@ -5,9 +5,9 @@ so the reconciler never touches typed models. Writes use server-side apply (fiel
 ``gpu-operator``, force: the operator owns what it renders); deletes ignore NotFound; reads strip
 ``managedFields`` so the operator's memory stays small with thousands of nodes.
 
-Two helpers keep an idle operator quiet: :func:`with_applied_hash` stamps what is applied with a hash
-of the rendered object, so a pass can skip applying what the live object already carries, and
-:func:`changed_nodes` filters a Node watch down to the changes a pass reads (see its docstring).
+:func:`with_applied_hash` keeps an idle operator quiet: it stamps what is applied with a hash of the
+rendered object, so a pass can skip applying what the live object already carries. Lists of the
+kinds the operator caches are answered by its informers (``kube.informer``) instead of the API.
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightkube import ApiError, AsyncClient, codecs
 from lightkube.codecs import resource_registry
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
+
+from gpu_operator.kube.informer import Informer
 
 JSON = dict[str, Any]
 FIELD_MANAGER = "gpu-operator"
@@ -58,59 +60,22 @@ def applied_hash(obj: Mapping[str, Any]) -> str | None:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH)
 
 
-def _node_digest(node: Any) -> tuple[Any, ...]:
-    """What a pass reads from a Node: labels and container runtime (``render.node_info``), and for driver
-    upgrades the annotations, the cordon and the Ready condition's status (not its heartbeat times)."""
-    meta, spec, status = node.metadata, node.spec, node.status
-    labels = tuple(sorted((meta.labels or {}).items())) if meta else ()
-    annotations = tuple(sorted((meta.annotations or {}).items())) if meta else ()
-    info = status.nodeInfo if status else None
-    ready = next((c.status for c in (status.conditions or []) if c.type == "Ready"), None) if status else None
-    cordoned = bool(spec.unschedulable) if spec else False
-    return labels, annotations, info.containerRuntimeVersion if info else "", ready, cordoned
-
-
-UPGRADE_KEY_PREFIX = "nvidia.com/gpu-driver-upgrade"
-
-
-def reconcile_digest(node: Any) -> tuple[Any, ...]:
-    """What the policy reconciler reads from a Node: labels and runtime, without the driver-upgrade
-    controller's own labels and annotations or the cordon (changes the upgrade controller makes)."""
-    meta, status = node.metadata, node.status
-    labels = tuple(sorted(i for i in (meta.labels or {}).items() if not i[0].startswith(UPGRADE_KEY_PREFIX)))
-    info = status.nodeInfo if status else None
-    return labels, info.containerRuntimeVersion if info else ""
-
-
-async def changed_nodes(events: AsyncIterable[tuple[str, Any]]) -> AsyncGenerator[tuple[str, Any], None]:
-    """The events of a Node watch that change what a pass reads: new and deleted nodes, label and runtime
-    changes. Kubelet heartbeats (``status.conditions`` every few seconds on every node) are dropped: at a
-    thousand nodes they are dozens of events a second that would keep an idle operator reconciling."""
-    seen: dict[str, tuple[Any, ...]] = {}
-    try:
-        async for kind, node in events:
-            name = node.metadata.name if node.metadata else ""
-            if kind == "DELETED":
-                seen.pop(name, None)
-                yield kind, node
-                continue
-            digest = _node_digest(node)
-            if seen.get(name) != digest:
-                seen[name] = digest
-                yield kind, node
-    finally:
-        close = getattr(events, "aclose", None)
-        if close is not None:
-            await close()
-
-
 class Kube:
-    """Dict-in, dict-out access to the API server for the operator."""
+    """Dict-in, dict-out access to the API server for the operator.
 
-    def __init__(self, client: AsyncClient, *, field_manager: str = FIELD_MANAGER) -> None:
+    Lists are served from a synced informer (``kube.informer``) that covers the query, when the
+    operator gave it one; the objects it returns are then shared with the cache: callers never mutate
+    what they list.
+    """
+
+    def __init__(
+        self, client: AsyncClient, *, field_manager: str = FIELD_MANAGER, informers: Sequence[Informer] = ()
+    ) -> None:
         self.client = client
         self.field_manager = field_manager
+        self.informers = tuple(informers)
         self.requests = 0  # API calls made; the operator exports it as a metric
+        self.cached_reads = 0  # lists answered from an informer
 
     async def apply(self, obj: Mapping[str, Any]) -> JSON:
         self.requests += 1
@@ -135,6 +100,13 @@ class Kube:
         labels: Mapping[str, Any] | None = None,
         fields: Mapping[str, str] | None = None,
     ) -> list[JSON]:
+        if not fields:
+            for informer in self.informers:
+                if informer.synced.is_set() and informer.serves(
+                    api_version=api_version, kind=kind, namespace=namespace, labels=labels
+                ):
+                    self.cached_reads += 1
+                    return informer.select(labels)
         self.requests += 1
         selectors: dict[str, Any] = {
             "labels": dict(labels) if labels else None,

@@ -64,21 +64,21 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def label_nodes(kube: Kube, *, nodes: Sequence[JSON], policy: ClusterPolicy) -> int:
-    """Patch only the nodes whose operator-owned labels differ; returns how many were patched."""
-    patched = 0
+async def label_nodes(kube: Kube, *, nodes: Sequence[JSON], policy: ClusterPolicy) -> tuple[list[JSON], int]:
+    """Patch only the nodes whose operator-owned labels differ; returns the nodes as labelled now and
+    how many were patched. The given nodes are not modified (they may be an informer's cache)."""
+    patched, out = 0, []
     for node in nodes:
-        changes = label_changes(node["metadata"].get("labels") or {}, spec=policy.spec)
+        current = node["metadata"].get("labels") or {}
+        changes = label_changes(current, spec=policy.spec)
         if changes:
             await kube.patch_labels("v1", "Node", node["metadata"]["name"], changes)
-            labels = node["metadata"].setdefault("labels", {})
-            for key, value in changes.items():
-                if value is None:
-                    labels.pop(key, None)
-                else:
-                    labels[key] = value
+            labels = {k: v for k, v in {**current, **changes}.items() if v is not None}
+            out.append({**node, "metadata": {**node["metadata"], "labels": labels}})
             patched += 1
-    return patched
+        else:
+            out.append(node)
+    return out, patched
 
 
 PSA_LABELS = {f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")}
@@ -209,7 +209,7 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
     try:
         policy = ClusterPolicy.model_validate(active)
         nodes = await kube.list_objects("v1", "Node")
-        labelled = await label_nodes(kube, nodes=nodes, policy=policy)
+        nodes, labelled = await label_nodes(kube, nodes=nodes, policy=policy)
         await label_namespace(kube, namespace=namespace, policy=policy)
         facts = await gather_facts(
             kube, nodes=nodes, namespace=namespace, precompiled=bool(policy.spec.driver.use_precompiled)

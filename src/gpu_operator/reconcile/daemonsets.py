@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.render.readiness import Readiness, state_readiness
 
+COMPONENT_LABEL = "app.kubernetes.io/component"
+
 
 def _unobserved(ds: JSON) -> bool:
     generation = int((ds.get("metadata") or {}).get("generation") or 0)
@@ -39,7 +41,11 @@ async def readiness_of(
     for name, ds in live.items():
         if ds and (ds.get("spec", {}).get("updateStrategy") or {}).get("type") == "OnDelete":
             selector = ds["spec"]["selector"].get("matchLabels", {})
-            pods[name] = await kube.list_objects("v1", "Pod", namespace=namespace, labels=selector)
+            # The template's component label narrows nothing (every pod of the DaemonSet has it) but
+            # lets the operator's driver-pod informer answer instead of the API server.
+            template = ((ds["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+            component = {k: v for k, v in template.items() if k == COMPONENT_LABEL}
+            pods[name] = await kube.list_objects("v1", "Pod", namespace=namespace, labels={**selector, **component})
             revisions[name] = await kube.list_objects(
                 "apps/v1", "ControllerRevision", namespace=namespace, labels=selector
             )

@@ -1,10 +1,13 @@
-"""The operator process: leader election, watches that only say "look again", and the requeue loop.
+"""The operator process: leader election, informers that only say "look again", and the requeue loops.
 
-Watches (ClusterPolicies, Nodes, the operator's DaemonSets) do not carry work: any event just wakes
-the single reconcile key, so a burst of a thousand node updates costs one pass. Between events the
-loop requeues on the status' interval (5 s while not ready) and retries failures with a backoff of
-100 ms doubling to 3 s, as upstream. Leadership is a ``coordination.k8s.io/v1`` Lease (upstream's name
-``53822513.nvidia.com``): 15 s duration, renewed every 5 s; a follower only watches the Lease.
+Informers (``reconcile.caches``) keep ClusterPolicies, NVIDIADrivers, Nodes, the operator's
+DaemonSets and the driver and validator pods in memory; their changes carry no work, they only wake
+a work key, so a burst of a thousand node updates costs one pass. Two keys run side by side: the
+policy reconciler (:func:`reconcile_once`) and the driver-upgrade controller (:func:`upgrade_pass`).
+Between events each requeues on its own interval (the reconciler 5 s while not ready) and retries
+failures with a backoff of 100 ms doubling to 3 s, as upstream. Leadership is a
+``coordination.k8s.io/v1`` Lease (upstream's name ``53822513.nvidia.com``): 15 s duration, renewed
+every 5 s; a follower keeps its caches warm and does no work until it holds the Lease.
 """
 
 from __future__ import annotations
@@ -18,15 +21,14 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node
 
-from gpu_operator.kube.api import ClusterPolicyResource, Kube, NVIDIADriverResource, changed_nodes, reconcile_digest
+from gpu_operator.kube.api import Kube
+from gpu_operator.reconcile.caches import operator_informers
 from gpu_operator.reconcile.clusterpolicy import Outcome, reconcile_once
 from gpu_operator.render import OperatorSettings
 from gpu_operator.upgrade.controller import UpgradeOutcome, upgrade_pass
@@ -37,6 +39,10 @@ LEASE_NAME = "53822513.nvidia.com"
 LEASE_SECONDS = 15
 RENEW_SECONDS = 5.0
 IDLE_RESYNC = 60.0  # a safety net when nothing happens; events do the real work
+COALESCE = 0.2  # seconds a woken reconciler waits for the rest of a burst (a spec change touches many objects)
+# An upgrade pass reads only caches and acts on one step per node: it reacts at once to the pod or node
+# change that woke it, and waits just long enough to batch the writes of one wave.
+UPGRADE_COALESCE = 0.05
 
 
 def _micro(moment: dt.datetime) -> str:
@@ -52,9 +58,17 @@ class LeaderElection:
     # Unique per instance: two operators in one process (simulated operator pods) must not share a Lease.
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
     held: bool = False
+    renewed_at: float = 0.0  # monotonic time of the last successful write
+    acquired: str = ""  # acquireTime, sent with every renewal (an apply that omits a field removes it)
 
     async def try_acquire(self) -> bool:
         now = dt.datetime.now(dt.UTC)
+        if self.held and time.monotonic() - self.renewed_at < LEASE_SECONDS - RENEW_SECONDS:
+            # Renewed well within the lease's duration: nobody can have taken it since, so renewing is
+            # one write, no read (an idle operator's Lease costs 12 requests a minute, not 24).
+            await self.kube.apply(self._body(now))
+            self.renewed_at = time.monotonic()
+            return True
         lease = await self.kube.get("coordination.k8s.io/v1", "Lease", LEASE_NAME, namespace=self.namespace)
         spec = (lease or {}).get("spec") or {}
         holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
@@ -63,54 +77,31 @@ class LeaderElection:
             if (now - last).total_seconds() < int(spec.get("leaseDurationSeconds", LEASE_SECONDS)):
                 self.held = False
                 return False
-        body: dict[str, Any] = {
+        if holder != self.identity or not self.acquired:  # a new holding (or ours, from before a restart)
+            self.acquired = (str(spec.get("acquireTime") or "") if holder == self.identity else "") or _micro(now)
+        await self.kube.apply(self._body(now))
+        self.held, self.renewed_at = True, time.monotonic()
+        return True
+
+    def _body(self, now: dt.datetime) -> dict[str, Any]:
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": LEASE_SECONDS,
+            "acquireTime": self.acquired,
+            "renewTime": _micro(now),
+        }
+        return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {"name": LEASE_NAME, "namespace": self.namespace},
-            "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": _micro(now)},
+            "spec": spec,
         }
-        if not lease or holder != self.identity:
-            body["spec"]["acquireTime"] = _micro(now)
-        await self.kube.apply(body)
-        self.held = True
-        return True
 
     async def release(self) -> None:
         if self.held:
             with contextlib.suppress(ApiError):
                 await self.kube.delete("coordination.k8s.io/v1", "Lease", LEASE_NAME, namespace=self.namespace)
             self.held = False
-
-
-async def _watch(wakes: Wakes, stream: Callable[[], Any], stop: asyncio.Event, what: str) -> None:
-    """Turn every event of a watch into a wake-up; reconnect after errors (the resync covers gaps)."""
-    while not stop.is_set():
-        try:
-            # aclosing: a cancelled watch closes its streaming response now, not when it is collected.
-            async with contextlib.aclosing(stream()) as events:
-                async for _event in events:
-                    wakes.set()
-        except (TimeoutError, ApiError, OSError) as exc:
-            log.debug("watch %s interrupted: %s", what, exc)
-        except Exception as exc:  # httpx stream errors surface as various types
-            log.debug("watch %s ended: %s", what, exc)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=1.0)
-
-
-async def _node_events(client: AsyncClient, wakes: Wakes) -> AsyncGenerator[tuple[str, Any], None]:
-    """Node changes, sorted by who needs them: every change wakes the upgrade controller; only changes the
-    policy reconciler reads wake it too (a rollout's own label writes would otherwise keep it busy)."""
-    seen: dict[str, tuple[Any, ...]] = {}
-    async with contextlib.aclosing(changed_nodes(client.watch(Node))) as events:
-        async for kind, node in events:
-            name = node.metadata.name if node.metadata else ""
-            digest = reconcile_digest(node)
-            if kind == "DELETED" or seen.get(name) != digest:
-                seen[name] = digest
-                yield kind, node  # _watch wakes every key
-            else:
-                wakes.events[1].set()  # the upgrade controller's key only
 
 
 @dataclass
@@ -141,23 +132,18 @@ class Operator:
     # Seconds each upgrade pass took (snapshot + plan + execute): the controller's own overhead (benchmarks).
     upgrade_pass_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
     max_driver_restarts: int = MAX_DRIVER_RESTARTS
+    kube: Kube | None = None  # while running: the operator's API access and its caches
 
     async def run(self, *, stop: asyncio.Event, leader_election: bool = True) -> None:
-        kube = Kube(self.client)
-        election = LeaderElection(kube=kube, namespace=self.namespace)
         wakes = Wakes()
         wake, upgrade_wake = wakes.events
-        watches = [
-            asyncio.create_task(
-                _watch(wakes, lambda: self.client.watch(ClusterPolicyResource), stop, "clusterpolicies")
-            ),
-            # Heartbeats are dropped: at a thousand nodes they would keep an idle operator reconciling.
-            asyncio.create_task(_watch(wakes, lambda: _node_events(self.client, wakes), stop, "nodes")),
-            asyncio.create_task(_watch(wakes, lambda: self.client.watch(NVIDIADriverResource), stop, "nvidiadrivers")),
-            asyncio.create_task(
-                _watch(wakes, lambda: self.client.watch(DaemonSet, namespace=self.namespace), stop, "daemonsets")
-            ),
-        ]
+        informers = operator_informers(
+            self.client, namespace=self.namespace, wake_all=wakes.set, wake_upgrade=upgrade_wake.set
+        )
+        kube = Kube(self.client, informers=informers)
+        self.kube = kube
+        election = LeaderElection(kube=kube, namespace=self.namespace)
+        watches = [asyncio.create_task(informer.run(stop=stop)) for informer in informers]
         leading = asyncio.Event()
         if leader_election:
             watches.append(asyncio.create_task(self._hold_lease(election, leading=leading, wakes=wakes, stop=stop)))
@@ -189,6 +175,7 @@ class Operator:
                     delay, backoff = backoff, min(backoff * 2, 3.0)
                 await self._sleep(stop, wake=wake, seconds=delay)
         finally:
+            self.kube = None
             for task in watches:
                 task.cancel()
             await asyncio.gather(*watches, return_exceptions=True)
@@ -216,7 +203,7 @@ class Operator:
             except (ApiError, OSError) as exc:
                 log.warning("driver upgrade pass failed, retrying in %.1f s: %s", backoff, exc)
                 delay, backoff = backoff, min(backoff * 2, 3.0)
-            await self._sleep(stop, wake=wake, seconds=delay)
+            await self._sleep(stop, wake=wake, seconds=delay, coalesce=UPGRADE_COALESCE)
 
     async def _hold_lease(
         self, election: LeaderElection, *, leading: asyncio.Event, wakes: Wakes, stop: asyncio.Event
@@ -239,7 +226,9 @@ class Operator:
                 await asyncio.wait_for(stop.wait(), timeout=RENEW_SECONDS)
 
     @staticmethod
-    async def _sleep(stop: asyncio.Event, *, wake: asyncio.Event | None, seconds: float) -> None:
+    async def _sleep(
+        stop: asyncio.Event, *, wake: asyncio.Event | None, seconds: float, coalesce: float = COALESCE
+    ) -> None:
         waiters = [asyncio.ensure_future(stop.wait())]
         if wake is not None:
             waiters.append(asyncio.ensure_future(wake.wait()))
@@ -248,4 +237,4 @@ class Operator:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         if done and not stop.is_set():
-            await asyncio.sleep(0.2)  # coalesce a burst of events into one pass
+            await asyncio.sleep(coalesce)  # a burst of events makes one pass

@@ -1,0 +1,162 @@
+"""Informers: list-then-watch caches of the objects the operator reads on every pass.
+
+An :class:`Informer` lists one kind (in one namespace, under one label selector) once, then follows a
+watch from the list's resourceVersion, and keeps each object passed through a ``transform`` that drops
+what no pass reads (``kube.slim``). A pass then reads memory instead of listing a thousand Nodes or
+driver pods from the API server: the list was most of the operator's memory and of its time per pass.
+
+Each change that survives the transform is reported to ``on_change(old, new)`` (``None`` for a missing
+side), after the cache holds it, so a woken pass always sees the change that woke it. A change the
+transform erases (a kubelet heartbeat that only moves condition timestamps) is no change at all.
+
+When the watch breaks (the API server restarts, or answers 410 Gone for a too-old resourceVersion)
+the informer lists again and replaces its contents, reporting what appeared, changed or vanished in
+between, so nothing is lost across an outage. :class:`~gpu_operator.kube.api.Kube` serves a list from
+an informer only once it has synced; until then (and for any query it cannot serve) it asks the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+
+JSON = dict[str, Any]
+Key = tuple[str, str]  # (namespace, name)
+Transform = Callable[[JSON], JSON]
+Listener = Callable[[JSON | None, JSON | None], None]
+Selector = Mapping[str, str | None]  # value None: the label exists; else equality (what list_objects takes)
+
+log = logging.getLogger(__name__)
+CHUNK = 500  # objects per list page: a thousand-node list is two responses, never one huge body
+RETRY_SECONDS = 1.0
+
+
+def _identity(obj: JSON) -> JSON:
+    return obj
+
+
+def _to_dict(obj: Any) -> JSON:
+    data: JSON = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+    data.get("metadata", {}).pop("managedFields", None)
+    return data
+
+
+def matches(labels: Mapping[str, str], selector: Selector) -> bool:
+    """Whether ``labels`` satisfy ``selector`` (None: the key exists; a string: equality)."""
+    return all(key in labels if want is None else labels.get(key) == want for key, want in selector.items())
+
+
+def _key(obj: JSON) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+@dataclass(eq=False)
+class Informer:
+    """A cache of one query's objects (see the module docstring)."""
+
+    client: AsyncClient
+    resource: Any  # the lightkube resource class
+    api_version: str
+    kind: str
+    namespace: str | None = None
+    labels: Selector = field(default_factory=dict)
+    transform: Transform = _identity
+    on_change: Listener | None = None
+    items: dict[Key, JSON] = field(default_factory=dict)
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+    lists: int = 0  # how often it listed (1 + recoveries): a test and the benchmarks read it
+    retry_seconds: float = RETRY_SECONDS
+
+    def serves(self, *, api_version: str, kind: str, namespace: str | None, labels: Selector | None) -> bool:
+        """Whether a list query can be answered from this cache: same kind and namespace, and a label
+        selector at least as narrow as the informer's own (the rest is filtered here)."""
+        if (api_version, kind) != (self.api_version, self.kind) or (namespace or None) != self.namespace:
+            return False
+        query = dict(labels or {})
+        if any(not (v is None or isinstance(v, str)) for v in query.values()):
+            return False  # set-based selectors (in_, not_in...) go to the API server
+        return all(key in query and query[key] == want for key, want in self.labels.items())
+
+    def select(self, labels: Selector | None = None) -> list[JSON]:
+        """The cached objects whose labels satisfy ``labels``, in name order (as the API lists them)."""
+        out = [obj for _, obj in sorted(self.items.items())]
+        if labels:
+            out = [o for o in out if matches((o.get("metadata") or {}).get("labels") or {}, labels)]
+        return out
+
+    async def run(self, *, stop: asyncio.Event) -> None:
+        """List, then watch until the watch breaks; list again; until ``stop``."""
+        while not stop.is_set():
+            try:
+                version = await self._relist()
+                await self._follow(version)
+            except (ApiError, OSError, TimeoutError) as exc:
+                log.info("%s informer: watch broken, listing again: %s", self.kind, exc)
+            except Exception as exc:  # httpx surfaces stream errors as various types
+                log.info("%s informer: watch ended, listing again: %s", self.kind, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self.retry_seconds)
+
+    def _selectors(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"labels": dict(self.labels) or None}
+        if self.namespace:
+            out["namespace"] = self.namespace
+        return out
+
+    async def _relist(self) -> str:
+        listing = self.client.list(self.resource, chunk_size=CHUNK, **self._selectors())
+        fresh: dict[Key, JSON] = {}
+        async for obj in listing:
+            slim = self._slim(_to_dict(obj))
+            fresh[_key(slim)] = slim
+        version = listing.resourceVersion
+        before, self.items = self.items, fresh
+        self.lists += 1
+        self.synced.set()
+        for key in before.keys() - fresh.keys():
+            self._notify(before[key], None)
+        for key, obj in fresh.items():
+            if before.get(key) != obj:
+                self._notify(before.get(key), obj)
+        return version
+
+    async def _follow(self, version: str) -> None:
+        stream = self.client.watch(self.resource, resource_version=version, **self._selectors())
+        # aclosing: a cancelled informer closes its streaming response now, not when it is collected.
+        async with contextlib.aclosing(stream) as events:  # type: ignore[type-var]
+            async for kind, obj in events:
+                self.apply(kind, _to_dict(obj))
+
+    def apply(self, kind: str, obj: JSON) -> None:
+        """One watch event into the cache (public: the unit tests feed events through it)."""
+        if kind == "BOOKMARK":
+            return
+        key = _key(obj)
+        old = self.items.get(key)
+        if kind == "DELETED":
+            if self.items.pop(key, None) is not None:
+                self._notify(old, None)
+            return
+        slim = self._slim(obj)
+        if old == slim:
+            return  # nothing a pass reads has changed (a heartbeat, a status timestamp)
+        self.items[key] = slim
+        self._notify(old, slim)
+
+    def _slim(self, obj: JSON) -> JSON:
+        slim = self.transform(obj)
+        # List items can come without apiVersion/kind; a cached object always says what it is.
+        slim.setdefault("apiVersion", self.api_version)
+        slim.setdefault("kind", self.kind)
+        return slim
+
+    def _notify(self, old: JSON | None, new: JSON | None) -> None:
+        if self.on_change is not None:
+            self.on_change(old, new)

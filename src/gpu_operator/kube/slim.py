@@ -1,0 +1,83 @@
+"""What the operator keeps of a Node or a pod in its informer caches: the fields a pass reads, no more.
+
+A simulated (or real) GPU node carries dozens of labels, capacity, images and conditions with
+heartbeat timestamps; a pod carries its whole spec. A thousand of each, kept whole, were most of the
+operator's memory. These transforms keep what ``render.node_info``, node labelling, the NVIDIADriver
+router and the driver-upgrade controller (``upgrade.collect``) read, in the API's own shape, so the
+same code reads a cached object and a listed one. A field added to those readers must be added here;
+``tests/unit/test_informer.py`` checks that the readers see the same thing through both.
+
+Dropping heartbeat timestamps also makes a kubelet's periodic status update compare equal to what is
+cached, so the informer reports no change and wakes nobody.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+JSON = dict[str, Any]
+
+_META = ("name", "namespace", "uid", "labels", "annotations", "creationTimestamp", "deletionTimestamp")
+
+
+def _pick(obj: Mapping[str, Any] | None, keys: Iterable[str]) -> JSON:
+    obj = obj or {}
+    return {k: obj[k] for k in keys if obj.get(k) is not None}
+
+
+def _meta(obj: JSON, *extra: str) -> JSON:
+    return _pick(obj.get("metadata"), (*_META, *extra))
+
+
+def slim_node(node: JSON) -> JSON:
+    """Labels, annotations, the cordon, the Ready condition's status and nodeInfo."""
+    status = node.get("status") or {}
+    ready = [
+        {"type": "Ready", "status": c.get("status")} for c in status.get("conditions") or [] if c.get("type") == "Ready"
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": _meta(node),
+        "spec": _pick(node.get("spec"), ("unschedulable",)),
+        "status": {"conditions": ready, "nodeInfo": dict(status.get("nodeInfo") or {})},
+    }
+
+
+def _container_status(c: JSON) -> JSON:
+    waiting = ((c.get("state") or {}).get("waiting") or {}).get("reason")
+    out = _pick(c, ("name", "ready", "restartCount"))
+    if waiting:
+        out["state"] = {"waiting": {"reason": waiting}}
+    return out
+
+
+def _container(c: JSON) -> JSON:
+    # Only literal env values are read (the driver version and config digest); resources tell GPU pods.
+    env = [_pick(e, ("name", "value")) for e in c.get("env") or [] if "value" in e]
+    return {**_pick(c, ("name", "resources")), "env": env}
+
+
+def slim_pod(pod: JSON) -> JSON:
+    """Owner, node, labels, literal env, and the status the upgrade controller and readiness read."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    conditions = [_pick(c, ("type", "status", "lastTransitionTime")) for c in status.get("conditions") or []]
+    slim_status = {
+        **_pick(status, ("phase", "startTime")),
+        "conditions": conditions,
+        "containerStatuses": [_container_status(c) for c in status.get("containerStatuses") or []],
+        "initContainerStatuses": [_container_status(c) for c in status.get("initContainerStatuses") or []],
+    }
+    volumes = [{"name": v.get("name"), "emptyDir": {}} for v in spec.get("volumes") or [] if "emptyDir" in v]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**_meta(pod), **_pick(pod.get("metadata"), ("ownerReferences",))},
+        "spec": {
+            **_pick(spec, ("nodeName",)),
+            "containers": [_container(c) for c in spec.get("containers") or []],
+            "volumes": volumes,
+        },
+        "status": slim_status,
+    }

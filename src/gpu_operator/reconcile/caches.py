@@ -1,0 +1,77 @@
+"""The operator's informers, and which work key each change wakes.
+
+Six caches serve every list a pass makes of a large or busy kind: ClusterPolicies, NVIDIADrivers,
+Nodes (slim), the operator namespace's DaemonSets, and the driver and validator pods (slim). Lists
+of everything else (ConfigMaps, RBAC objects, ControllerRevisions, PDBs) still go to the API server:
+they are few, small, and not worth a watch each.
+
+A change wakes the work keys that read it (one writer, one reader per fact):
+
+- policies, NVIDIADrivers and DaemonSets: both keys (the reconciler renders them; the upgrade
+  controller reads the driver DaemonSets' revisions and the policies' upgrade knobs);
+- a Node: the upgrade controller always; the policy reconciler only when something it reads changed
+  (labels other than the upgrade controller's own, the container runtime, a node added or removed),
+  so a rollout's own node writes do not keep the reconciler busy;
+- driver and validator pods: the upgrade controller only. Their readiness is how it moves a node on
+  (a pass reacts to the pod becoming Ready, instead of finding it on a timer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+
+from gpu_operator.kube.api import ClusterPolicyResource, NVIDIADriverResource
+from gpu_operator.kube.informer import JSON, Informer
+from gpu_operator.kube.slim import slim_node, slim_pod
+from gpu_operator.upgrade.collect import DRIVER_SELECTOR, VALIDATOR_SELECTOR
+
+UPGRADE_KEY_PREFIX = "nvidia.com/gpu-driver-upgrade"
+Wake = Callable[[], None]
+
+
+def reconciler_view(node: JSON | None) -> tuple[Any, ...] | None:
+    """What the policy reconciler reads from a Node: labels (without the upgrade controller's) and the
+    container runtime (``render.node_info``); None for no node."""
+    if node is None:
+        return None
+    labels = node["metadata"].get("labels") or {}
+    runtime = ((node.get("status") or {}).get("nodeInfo") or {}).get("containerRuntimeVersion", "")
+    return tuple(sorted(i for i in labels.items() if not i[0].startswith(UPGRADE_KEY_PREFIX))), runtime
+
+
+def operator_informers(
+    client: AsyncClient, *, namespace: str, wake_all: Wake, wake_upgrade: Wake
+) -> tuple[Informer, ...]:
+    """The informers of an operator in ``namespace``, each telling the right keys about its changes."""
+
+    def everyone(_old: JSON | None, _new: JSON | None) -> None:
+        wake_all()
+
+    def upgrades(_old: JSON | None, _new: JSON | None) -> None:
+        wake_upgrade()
+
+    def node_changed(old: JSON | None, new: JSON | None) -> None:
+        if reconciler_view(old) != reconciler_view(new):
+            wake_all()
+        else:
+            wake_upgrade()
+
+    driver_pods = Informer(
+        client, Pod, "v1", "Pod", namespace=namespace, labels=DRIVER_SELECTOR, transform=slim_pod, on_change=upgrades
+    )
+    validator_pods = Informer(
+        client, Pod, "v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR, transform=slim_pod, on_change=upgrades
+    )
+    return (
+        Informer(client, ClusterPolicyResource, "nvidia.com/v1", "ClusterPolicy", on_change=everyone),
+        Informer(client, NVIDIADriverResource, "nvidia.com/v1alpha1", "NVIDIADriver", on_change=everyone),
+        Informer(client, Node, "v1", "Node", transform=slim_node, on_change=node_changed),
+        Informer(client, DaemonSet, "apps/v1", "DaemonSet", namespace=namespace, on_change=everyone),
+        driver_pods,
+        validator_pods,
+    )

@@ -1,0 +1,234 @@
+"""Informer caches: slim objects read like whole ones, heartbeats wake nobody, a broken watch loses nothing,
+and lists are answered from a synced cache that covers them (else from the API server)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from gpu_operator.kube.api import Kube, applied_hash, with_applied_hash
+from gpu_operator.kube.informer import Informer
+from gpu_operator.kube.slim import slim_node, slim_pod
+from gpu_operator.reconcile.caches import operator_informers
+from gpu_operator.render import node_info
+from gpu_operator.upgrade.collect import driver_view, node_view, pod_view
+
+pytestmark = pytest.mark.unit
+
+JSON = dict[str, Any]
+UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
+
+
+def _node(name: str = "n1", *, beat: int = 1, labels: JSON | None = None, ready: str = "True") -> JSON:
+    conditions = [
+        {"type": t, "status": s, "lastHeartbeatTime": f"2026-11-30T1{beat}:00:00Z", "reason": "KubeletReady"}
+        for t, s in (("MemoryPressure", "False"), ("Ready", ready))
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name, "uid": f"uid-{name}", "resourceVersion": str(beat),
+            "creationTimestamp": "2026-11-30T09:00:00Z",
+            "labels": {"nvidia.com/gpu.present": "true", **(labels or {})},
+            "annotations": {"nvidia.com/gpu-driver-upgrade-drain.start-time": "1700000000"},
+            "managedFields": [{"manager": "kubelet"}],
+        },
+        "spec": {"unschedulable": True, "podCIDR": "10.0.0.0/24"},
+        "status": {
+            "conditions": conditions,
+            "capacity": {"nvidia.com/gpu": "8"},
+            "images": [{"names": ["registry/a:1"], "sizeBytes": 1}],
+            "nodeInfo": {"containerRuntimeVersion": "containerd://2.1.0", "kernelVersion": "6.8.0"},
+        },
+    }  # fmt: skip
+
+
+def _pod(name: str = "driver-1", *, ready: str = "True", labels: JSON | None = None) -> JSON:
+    env = [
+        {"name": "DRIVER_VERSION", "value": "580.65"},
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": "gpu-operator", "uid": f"uid-{name}",
+            "labels": {"app.kubernetes.io/component": "nvidia-driver", "controller-revision-hash": "h1",
+                       **(labels or {})},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "ds1",
+                                 "controller": True}],
+            "creationTimestamp": "2026-11-30T10:00:00Z",
+        },
+        "spec": {
+            "nodeName": "n1",
+            "containers": [{"name": "ctr", "image": "x", "env": env,
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "volumes": [{"name": "scratch", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "c"}}],
+        },
+        "status": {
+            "phase": "Running", "startTime": "2026-11-30T10:00:00Z", "podIP": "10.0.0.5",
+            "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": "2026-11-30T10:01:00Z",
+                            "lastProbeTime": None}],
+            "containerStatuses": [{"name": "ctr", "ready": ready == "True", "restartCount": 3, "image": "x",
+                                   "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "long"}},
+                                   "lastState": {"terminated": {"exitCode": 1}}}],
+            "initContainerStatuses": [{"name": "init", "ready": True, "restartCount": 0}],
+        },
+    }  # fmt: skip
+
+
+def test_slim_objects_read_like_whole_ones() -> None:
+    node, pod = _node(), _pod(ready="False")
+    assert node_info(slim_node(node)) == node_info(node)
+    driver_full = driver_view(pod, daemonset=None, newest_hash=None)
+    assert driver_view(slim_pod(pod), daemonset=None, newest_hash=None) == driver_full
+    assert driver_full.restarts == 3
+    assert driver_full.waiting_reason == "CrashLoopBackOff"
+    assert pod_view(slim_pod(pod)) == pod_view(pod)
+    assert pod_view(pod).gpu
+    assert pod_view(pod).empty_dir
+    whole = node_view(node, driver=driver_full, pods=[pod], validators=[pod])
+    assert node_view(slim_node(node), driver=driver_full, pods=[slim_pod(pod)], validators=[slim_pod(pod)]) == whole
+    assert whole.unschedulable
+    assert whole.ready
+    assert "managedFields" not in slim_node(node)["metadata"]
+    assert "images" not in slim_node(node)["status"]
+
+
+def _informer(**kw: Any) -> tuple[Informer, list[tuple[JSON | None, JSON | None]]]:
+    seen: list[tuple[JSON | None, JSON | None]] = []
+    informer = Informer(
+        None,  # type: ignore[arg-type]
+        None, "v1", "Node", transform=slim_node, on_change=lambda o, n: seen.append((o, n)), **kw,
+    )  # fmt: skip
+    return informer, seen
+
+
+def test_heartbeats_change_nothing_and_real_changes_are_reported_after_caching() -> None:
+    informer, seen = _informer()
+    informer.apply("ADDED", _node(beat=1))
+    informer.apply("MODIFIED", _node(beat=2))  # a heartbeat: only timestamps and resourceVersion moved
+    assert len(seen) == 1
+    informer.apply("MODIFIED", _node(beat=3, ready="False"))
+    informer.apply("MODIFIED", _node(beat=4, ready="False", labels={"team": "a"}))
+    informer.apply("DELETED", _node(beat=5))
+    informer.apply("DELETED", _node("ghost"))  # never cached: nothing to report
+    assert [(o is None, n is None) for o, n in seen] == [(True, False), (False, False), (False, False), (False, True)]
+    assert seen[2][1] is not None
+    assert seen[2][1]["metadata"]["labels"]["team"] == "a"
+    assert informer.items == {}
+
+
+def test_a_node_change_wakes_the_reconciler_only_when_it_reads_it() -> None:
+    woken: list[str] = []
+    informers = operator_informers(
+        None,  # type: ignore[arg-type]
+        namespace="gpu-operator",
+        wake_all=lambda: woken.append("all"),
+        wake_upgrade=lambda: woken.append("up"),
+    )
+    nodes = next(i for i in informers if i.kind == "Node")
+    driver_pods = next(i for i in informers if i.kind == "Pod" and "app.kubernetes.io/component" in i.labels)
+    nodes.apply("ADDED", _node())
+    nodes.apply("MODIFIED", _node(beat=2, labels={UPGRADE_STATE: "cordon-required"}))  # the rollout's own write
+    nodes.apply("MODIFIED", _node(beat=3, labels={UPGRADE_STATE: "cordon-required"}, ready="False"))
+    nodes.apply(
+        "MODIFIED", _node(beat=4, labels={UPGRADE_STATE: "cordon-required", "nvidia.com/gpu.deploy.driver": "false"})
+    )
+    driver_pods.apply("MODIFIED", _pod())
+    driver_pods.apply("MODIFIED", _pod(ready="False"))
+    assert woken == ["all", "up", "up", "all", "up", "up"]
+
+
+def test_lists_are_served_from_a_synced_cache_that_covers_them() -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    class Client:
+        def list(self, res: Any, **kw: Any) -> AsyncIterator[Any]:
+            calls.append((res, kw))
+
+            async def empty() -> AsyncIterator[Any]:
+                nothing: list[Any] = []
+                for item in nothing:
+                    yield item
+
+            return empty()
+
+    pods = Informer(
+        Client(),  # type: ignore[arg-type]
+        "PodResource", "v1", "Pod", namespace="gpu-operator", labels={"app": "driver"},
+    )  # fmt: skip
+    pods.apply("ADDED", _pod("b", labels={"app": "driver", "pool": "x"}))
+    pods.apply("ADDED", _pod("a", labels={"app": "driver"}))
+    kube = Kube(Client(), informers=[pods])  # type: ignore[arg-type]
+
+    async def reads() -> list[list[str]]:
+        found: list[list[str]] = []
+        for ns, labels, fields in (
+            ("gpu-operator", {"app": "driver"}, None),  # not synced yet: the API answers
+            ("gpu-operator", {"app": "driver"}, None),
+            ("gpu-operator", {"app": "driver", "pool": None}, None),  # narrower: filtered here
+            ("gpu-operator", {"app": "driver"}, {"spec.nodeName": "n1"}),  # field selectors: the API
+            ("gpu-operator", {}, None),  # wider than the cache: the API
+            ("other", {"app": "driver"}, None),
+        ):
+            if len(found) == 1:
+                pods.synced.set()
+            names = [p["metadata"]["name"] for p in await kube.list_objects("v1", "Pod", namespace=ns, labels=labels,
+                                                                           fields=fields)]  # fmt: skip
+            found.append(names)
+        return found
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("gpu_operator.kube.api.resource", lambda api, kind: kind)
+        found = asyncio.run(reads())
+    assert found == [[], ["a", "b"], ["b"], [], [], []]
+    assert (kube.cached_reads, kube.requests, len(calls)) == (2, 4, 4)
+
+
+class _Listing:
+    def __init__(self, items: list[JSON], version: str) -> None:
+        self.items, self.resourceVersion = items, version
+
+    async def __aiter__(self) -> AsyncIterator[JSON]:
+        for item in self.items:
+            yield dict(item)
+
+
+def test_a_broken_watch_lists_again_and_reports_what_changed_meanwhile() -> None:
+    stop = asyncio.Event()
+    lists = [[_node("n1"), _node("n2")], [_node("n2", labels={"team": "b"}), _node("n3")]]
+    watched: list[str | None] = []
+
+    class Client:
+        def list(self, res: Any, **kw: Any) -> _Listing:
+            return _Listing(lists.pop(0), version=f"v{len(lists)}")
+
+        async def watch(self, res: Any, *, resource_version: str | None = None, **kw: Any) -> AsyncIterator[Any]:
+            watched.append(resource_version)
+            if not lists:  # the second watch: the test has seen what it needs
+                stop.set()
+                return
+            yield "MODIFIED", _node("n1", labels={"team": "a"})
+            raise OSError("connection reset")  # the API server went away
+
+    informer, seen = _informer(retry_seconds=0.0)
+    informer.client = Client()  # type: ignore[assignment]
+    asyncio.run(informer.run(stop=stop))
+    assert watched == ["v1", "v0"]  # each watch starts at its own list's version
+    assert informer.lists == 2
+    assert sorted(n for _, n in informer.items) == ["n2", "n3"]
+    changes = [((o or {}).get("metadata", {}).get("name"), (n or {}).get("metadata", {}).get("name")) for o, n in seen]
+    assert changes == [(None, "n1"), (None, "n2"), ("n1", "n1"), ("n1", None), ("n2", "n2"), (None, "n3")]
+
+
+def test_applied_hash_is_stable_and_changes_with_the_object() -> None:
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}
+    first, again = with_applied_hash(obj), with_applied_hash(dict(reversed(list(obj.items()))))
+    assert applied_hash(first) == applied_hash(again) is not None
+    assert applied_hash(with_applied_hash({**obj, "data": {"k": "w"}})) != applied_hash(first)
+    assert applied_hash(obj) is None
