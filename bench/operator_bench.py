@@ -18,6 +18,7 @@ simulated kubelets report.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import shutil
@@ -26,7 +27,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,21 @@ def _sim_child(conn: Any, kubeconfig: str, spec: str) -> None:
     os._exit(0)
 
 
+def _changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted paths (list indexes as []) where two JSON values differ; "added"/"removed" for a missing side."""
+    if old is None or new is None:
+        return ["added" if old is None else "removed"] if not prefix else [prefix]
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                out += _changed_paths(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else key)
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return sorted({p for a, b in zip(old, new, strict=True) if a != b for p in _changed_paths(a, b, prefix + "[]")})
+    return [prefix]
+
+
 # -- the operator's process ---------------------------------------------------------------------------------
 
 
@@ -146,8 +162,35 @@ def _operator_child(conn: Any, kubeconfig: str, namespace: str) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
 
+        diffs: Counter[str] = Counter()
+
+        def watch_diffs() -> None:
+            """Count which fields the informers' reported changes touched (what keeps an idle operator busy)."""
+            kube = operator.kube
+            for informer in kube.informers if kube else ():
+                report = informer.on_change
+
+                def record(old: Any, new: Any, *, report: Any = report, kind: str = informer.kind) -> None:
+                    for path in _changed_paths(old, new):
+                        diffs[f"{kind} {path}"] += 1
+                    if report is not None:
+                        report(old, new)
+
+                informer.on_change = record
+
         async def snapshot() -> dict[str, Any]:
-            return {"requests": dict(counts), "passes": operator.passes, "failures": operator.failures}
+            if not diffs and operator.kube and operator.kube.informers[0].on_change.__name__ != "record":
+                watch_diffs()
+            kube = operator.kube
+            changes = {f"{i.kind} {dict(i.labels)}": i.changes for i in kube.informers} if kube else {}
+            states: Counter[str] = Counter()
+            for part in operator.upgrades.partitions if operator.upgrades else ():
+                states.update(part.counts)
+            return {
+                "requests": dict(counts), "passes": operator.passes, "failures": operator.failures,
+                "upgrade_passes": operator.upgrade_passes, "changes": changes, "upgrade_states": dict(states),
+                "diffs": dict(diffs),
+            }  # fmt: skip
 
         def serve() -> None:  # the pipe is answered from a thread; the counters are read in the loop
             while True:
@@ -178,6 +221,9 @@ class Idle:
     cpu_percent: float
     passes: int
     rss_mib: float
+    upgrade_passes: int = 0
+    changes: dict[str, int] = field(default_factory=dict)  # informer changes reported in the window
+    upgrade_states: dict[str, int] = field(default_factory=dict)
 
     @property
     def per_minute(self) -> float:
@@ -191,6 +237,7 @@ class ScaleResult:
     ready_s: float | None
     rolled_out_s: float | None
     peak_rss_mib: float
+    peaks: dict[str, float]  # phase -> highest sampled RSS
     idle: Idle
     idle_later: Idle  # the next window, on the same operator: once the last pods' status has settled
     change_latencies: list[float]
@@ -260,6 +307,17 @@ class _OperatorProcess:
         if self.conn.recv() != "started" or self.process.pid is None:
             raise RuntimeError("the operator process did not start")
         self.pid: int = self.process.pid
+        self.phase = "start"
+        self.peaks: dict[str, float] = {}  # phase -> highest RSS sampled in it (MiB)
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        """Sample the operator's RSS every 0.2 s, so the report can say in which phase the peak was."""
+        with contextlib.suppress(OSError):
+            while self.process.is_alive():
+                rss = _memory_mib(self.pid, "VmRSS")
+                self.peaks[self.phase] = max(self.peaks.get(self.phase, 0.0), rss)
+                time.sleep(0.2)
 
     def stats(self) -> dict[str, Any]:
         self.conn.send("stats")
@@ -276,9 +334,11 @@ class _OperatorProcess:
         requests = {
             k: v - before["requests"].get(k, 0) for k, v in after["requests"].items() if v != before["requests"].get(k)
         }
+        changes = {k: v - before["changes"].get(k, 0) for k, v in after["changes"].items()}
         return Idle(
             seconds=elapsed, requests=requests, cpu_percent=cpu, passes=after["passes"] - before["passes"],
-            rss_mib=_memory_mib(self.pid, "VmRSS"),
+            rss_mib=_memory_mib(self.pid, "VmRSS"), upgrade_passes=after["upgrade_passes"] - before["upgrade_passes"],
+            changes={k: v for k, v in changes.items() if v}, upgrade_states=after["upgrade_states"],
         )  # fmt: skip
 
     def stop(self) -> None:
@@ -324,6 +384,7 @@ def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], No
         policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": POLICY}}
         client.create(codecs.from_dict({**policy, "spec": POLICY_SPEC}))
         begin = time.monotonic()
+        operator.phase = "policy to ready"
         ready = _wait(lambda: _policy_state(client) == "ready", timeout=READY_TIMEOUT, interval=0.5)
         _wait(
             lambda: _policy_state(client) == "ready" and _rolled_out(client),
@@ -332,18 +393,26 @@ def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], No
         )
         rolled_out = time.monotonic() - begin if _policy_state(client) == "ready" else None
         log(f"operator bench: policy ready after {ready} s, and every DaemonSet rolled out after {rolled_out} s")
+        operator.phase = "idle"
         idle = operator.idle()
         log(f"operator bench: idle {idle.per_minute:.0f}/min, {idle.passes} passes: {idle.requests}")
+        log(f"operator bench: {idle.upgrade_passes} upgrade passes, changes {idle.changes}, {idle.upgrade_states}")
+        log(f"operator bench: changed fields since start {operator.stats()['diffs']}")
         idle_later = operator.idle()
         log(f"operator bench: later idle {idle_later.per_minute:.0f}/min, {idle_later.passes} passes")
         peak = _memory_mib(operator.pid, "VmHWM")
+        peaks = dict(operator.peaks)
         operator.stop()
 
         operator = _OperatorProcess(kubeconfig=kubeconfig)
+        operator.phase = "restart"
         time.sleep(SETTLE_SECONDS)
+        operator.phase = "spec changes"
         latencies, timeouts = _spec_changes(client)
         log(f"operator bench: spec change latencies {[round(x, 2) for x in latencies]}, {timeouts} timeouts")
         peak = max(peak, _memory_mib(operator.pid, "VmHWM"))
+        peaks.update(operator.peaks)
+        log(f"operator bench: RSS peaks by phase {peaks}")
         operator.stop()
         sim.send("stop")
         sim_process.join(timeout=120)
@@ -352,7 +421,7 @@ def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], No
         client.close()
     return ScaleResult(
         nodes=nodes, registered_s=registered, ready_s=ready, rolled_out_s=rolled_out, peak_rss_mib=peak,
-        idle=idle, idle_later=idle_later, change_latencies=latencies, change_timeouts=timeouts,
+        peaks=peaks, idle=idle, idle_later=idle_later, change_latencies=latencies, change_timeouts=timeouts,
     )  # fmt: skip
 
 

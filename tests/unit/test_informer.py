@@ -129,6 +129,7 @@ def test_a_node_change_wakes_the_reconciler_only_when_it_reads_it() -> None:
         None,  # type: ignore[arg-type]
         namespace="gpu-operator",
         wake_all=lambda: woken.append("all"),
+        wake_reconciler=lambda: woken.append("reconciler"),
         wake_upgrade=lambda: woken.append("up"),
     )
     nodes = next(i for i in informers if i.kind == "Node")

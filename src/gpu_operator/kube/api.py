@@ -77,12 +77,27 @@ class Kube:
         self.requests = 0  # API calls made; the operator exports it as a metric
         self.cached_reads = 0  # lists answered from an informer
 
+    def _informer(
+        self, api_version: str, kind: str, *, namespace: str | None, labels: Mapping[str, Any] | None
+    ) -> Informer | None:
+        """A synced informer that can answer this read (counted as a cached read), or None."""
+        for informer in self.informers:
+            if informer.synced.is_set() and informer.serves(
+                api_version=api_version, kind=kind, namespace=namespace, labels=labels
+            ):
+                self.cached_reads += 1
+                return informer
+        return None
+
     async def apply(self, obj: Mapping[str, Any]) -> JSON:
         self.requests += 1
         applied = await self.client.apply(codecs.from_dict(dict(obj)), field_manager=self.field_manager, force=True)
         return strip(applied)
 
     async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> JSON | None:
+        informer = self._informer(api_version, kind, namespace=namespace, labels=None)
+        if informer is not None:
+            return informer.items.get((namespace or "", name))
         self.requests += 1
         try:
             return strip(await self.client.get(resource(api_version, kind), name, namespace=namespace))
@@ -100,13 +115,9 @@ class Kube:
         labels: Mapping[str, Any] | None = None,
         fields: Mapping[str, str] | None = None,
     ) -> list[JSON]:
-        if not fields:
-            for informer in self.informers:
-                if informer.synced.is_set() and informer.serves(
-                    api_version=api_version, kind=kind, namespace=namespace, labels=labels
-                ):
-                    self.cached_reads += 1
-                    return informer.select(labels)
+        informer = None if fields else self._informer(api_version, kind, namespace=namespace, labels=labels)
+        if informer is not None:
+            return informer.select(labels)
         self.requests += 1
         selectors: dict[str, Any] = {
             "labels": dict(labels) if labels else None,

@@ -30,6 +30,17 @@ def _meta(obj: JSON, *extra: str) -> JSON:
     return _pick(obj.get("metadata"), (*_META, *extra))
 
 
+def slim_metadata(obj: JSON) -> JSON:
+    """Only the metadata (with owner references): enough to know a ConfigMap or Secret exists, whether
+    the operator owns it and which hash it was applied with, without its data (Helm keeps whole
+    releases in Secrets)."""
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {**_meta(obj), **_pick(obj.get("metadata"), ("ownerReferences",))},
+    }
+
+
 def slim_node(node: JSON) -> JSON:
     """Labels, annotations, the cordon, the Ready condition's status and nodeInfo."""
     status = node.get("status") or {}

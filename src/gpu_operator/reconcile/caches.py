@@ -1,19 +1,23 @@
 """The operator's informers, and which work key each change wakes.
 
-Six caches serve every list a pass makes of a large or busy kind: ClusterPolicies, NVIDIADrivers,
-Nodes (slim), the operator namespace's DaemonSets, and the driver and validator pods (slim). Lists
-of everything else (ConfigMaps, RBAC objects, ControllerRevisions, PDBs) still go to the API server:
-they are few, small, and not worth a watch each.
+Nine caches serve every list a pass makes of a large or busy kind: ClusterPolicies, NVIDIADrivers,
+Nodes (slim), the operator namespace's DaemonSets, ConfigMaps and Secrets (metadata only: a pass
+needs their names, owners and applied hashes, and Helm keeps whole releases in Secrets), the driver
+DaemonSets' ControllerRevisions, and the driver and validator pods (slim). Lists of everything else
+(RBAC objects, Services, PDBs) still go to the API server: they are few, small, and not worth a
+watch each. An idle upgrade pass thus makes no request at all.
 
 A change wakes the work keys that read it (one writer, one reader per fact):
 
+- ConfigMaps and Secrets: the policy reconciler (a ConfigMap a policy names may appear later);
 - policies, NVIDIADrivers and DaemonSets: both keys (the reconciler renders them; the upgrade
   controller reads the driver DaemonSets' revisions and the policies' upgrade knobs);
 - a Node: the upgrade controller always; the policy reconciler only when something it reads changed
   (labels other than the upgrade controller's own, the container runtime, a node added or removed),
   so a rollout's own node writes do not keep the reconciler busy;
-- driver and validator pods: the upgrade controller only. Their readiness is how it moves a node on
-  (a pass reacts to the pod becoming Ready, instead of finding it on a timer).
+- driver ControllerRevisions, driver and validator pods: the upgrade controller only. The pods'
+  readiness is how it moves a node on (a pass reacts to the pod becoming Ready, instead of finding
+  it on a timer).
 """
 
 from __future__ import annotations
@@ -22,12 +26,12 @@ from collections.abc import Callable
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.apps_v1 import ControllerRevision, DaemonSet
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Secret
 
 from gpu_operator.kube.api import ClusterPolicyResource, NVIDIADriverResource
 from gpu_operator.kube.informer import JSON, Informer
-from gpu_operator.kube.slim import slim_node, slim_pod
+from gpu_operator.kube.slim import slim_metadata, slim_node, slim_pod
 from gpu_operator.upgrade.collect import DRIVER_SELECTOR, VALIDATOR_SELECTOR
 
 UPGRADE_KEY_PREFIX = "nvidia.com/gpu-driver-upgrade"
@@ -45,12 +49,15 @@ def reconciler_view(node: JSON | None) -> tuple[Any, ...] | None:
 
 
 def operator_informers(
-    client: AsyncClient, *, namespace: str, wake_all: Wake, wake_upgrade: Wake
+    client: AsyncClient, *, namespace: str, wake_all: Wake, wake_reconciler: Wake, wake_upgrade: Wake
 ) -> tuple[Informer, ...]:
     """The informers of an operator in ``namespace``, each telling the right keys about its changes."""
 
     def everyone(_old: JSON | None, _new: JSON | None) -> None:
         wake_all()
+
+    def reconciler(_old: JSON | None, _new: JSON | None) -> None:
+        wake_reconciler()
 
     def upgrades(_old: JSON | None, _new: JSON | None) -> None:
         wake_upgrade()
@@ -72,6 +79,11 @@ def operator_informers(
         Informer(client, NVIDIADriverResource, "nvidia.com/v1alpha1", "NVIDIADriver", on_change=everyone),
         Informer(client, Node, "v1", "Node", transform=slim_node, on_change=node_changed),
         Informer(client, DaemonSet, "apps/v1", "DaemonSet", namespace=namespace, on_change=everyone),
+        Informer(client, ConfigMap, "v1", "ConfigMap", namespace=namespace, transform=slim_metadata,
+                 on_change=reconciler),
+        Informer(client, Secret, "v1", "Secret", namespace=namespace, transform=slim_metadata, on_change=reconciler),
+        Informer(client, ControllerRevision, "apps/v1", "ControllerRevision", namespace=namespace,
+                 labels=DRIVER_SELECTOR, on_change=upgrades),
         driver_pods,
         validator_pods,
-    )
+    )  # fmt: skip

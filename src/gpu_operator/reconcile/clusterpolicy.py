@@ -241,7 +241,9 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
 async def _write_status(kube: Kube, *, policy: JSON, status: Status, namespace: str) -> None:
     """Patch the status only when it differs (a no-op patch still costs a request)."""
     new = status.as_status(namespace=namespace)
-    if (policy.get("status") or {}) != new:
+    # Only the fields this writer owns: status.driverUpgrade belongs to the upgrade controller.
+    current = policy.get("status") or {}
+    if {key: current.get(key) for key in new} != new:
         await kube.patch_status(*CP, policy["metadata"]["name"], new)
 
 

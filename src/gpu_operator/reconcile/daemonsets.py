@@ -41,12 +41,13 @@ async def readiness_of(
     for name, ds in live.items():
         if ds and (ds.get("spec", {}).get("updateStrategy") or {}).get("type") == "OnDelete":
             selector = ds["spec"]["selector"].get("matchLabels", {})
-            # The template's component label narrows nothing (every pod of the DaemonSet has it) but
-            # lets the operator's driver-pod informer answer instead of the API server.
+            # The template's component label narrows nothing (every pod and revision of the DaemonSet has
+            # it) but lets the operator's driver informers answer instead of the API server.
             template = ((ds["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
             component = {k: v for k, v in template.items() if k == COMPONENT_LABEL}
-            pods[name] = await kube.list_objects("v1", "Pod", namespace=namespace, labels={**selector, **component})
+            narrowed = {**selector, **component}
+            pods[name] = await kube.list_objects("v1", "Pod", namespace=namespace, labels=narrowed)
             revisions[name] = await kube.list_objects(
-                "apps/v1", "ControllerRevision", namespace=namespace, labels=selector
+                "apps/v1", "ControllerRevision", namespace=namespace, labels=narrowed
             )
     return state_readiness(live, pods=pods, revisions=revisions)

@@ -44,7 +44,8 @@ def _shared_owner_refs(obj: JSON, owners: Sequence[JSON]) -> JSON:
 
 
 async def _status(kube: Kube, doc: JSON, status: JSON) -> None:
-    if (doc.get("status") or {}) != status:
+    current = doc.get("status") or {}  # status.driverUpgrade belongs to the upgrade controller
+    if {key: current.get(key) for key in status} != status:
         await kube.patch_status(*ND, doc["metadata"]["name"], status)
 
 

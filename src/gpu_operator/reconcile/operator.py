@@ -28,6 +28,7 @@ from typing import Any
 from lightkube import ApiError, AsyncClient
 
 from gpu_operator.kube.api import Kube
+from gpu_operator.kube.informer import wait_synced
 from gpu_operator.reconcile.caches import operator_informers
 from gpu_operator.reconcile.clusterpolicy import Outcome, reconcile_once
 from gpu_operator.render import OperatorSettings
@@ -39,6 +40,7 @@ LEASE_NAME = "53822513.nvidia.com"
 LEASE_SECONDS = 15
 RENEW_SECONDS = 5.0
 IDLE_RESYNC = 60.0  # a safety net when nothing happens; events do the real work
+SYNC_TIMEOUT = 30.0  # seconds to wait for the caches before working without the missing ones
 COALESCE = 0.2  # seconds a woken reconciler waits for the rest of a burst (a spec change touches many objects)
 # An upgrade pass reads only caches and acts on one step per node: it reacts at once to the pod or node
 # change that woke it, and waits just long enough to batch the writes of one wave.
@@ -138,21 +140,25 @@ class Operator:
         wakes = Wakes()
         wake, upgrade_wake = wakes.events
         informers = operator_informers(
-            self.client, namespace=self.namespace, wake_all=wakes.set, wake_upgrade=upgrade_wake.set
-        )
+            self.client, namespace=self.namespace, wake_all=wakes.set, wake_reconciler=wake.set,
+            wake_upgrade=upgrade_wake.set,
+        )  # fmt: skip
         kube = Kube(self.client, informers=informers)
         self.kube = kube
         election = LeaderElection(kube=kube, namespace=self.namespace)
         watches = [asyncio.create_task(informer.run(stop=stop)) for informer in informers]
         leading = asyncio.Event()
-        if leader_election:
-            watches.append(asyncio.create_task(self._hold_lease(election, leading=leading, wakes=wakes, stop=stop)))
-        else:
-            leading.set()
-        # The driver-upgrade controller is its own work key (upstream's "driver-upgrade"), on its own clock.
-        watches.append(asyncio.create_task(self._upgrade_loop(kube, leading=leading, wake=upgrade_wake, stop=stop)))
         backoff, delay = 0.1, 0.0
         try:
+            await wait_synced(informers, stop=stop, timeout=SYNC_TIMEOUT)
+            if leader_election:
+                lease = self._hold_lease(election, leading=leading, wakes=wakes, stop=stop)
+                watches.append(asyncio.create_task(lease))
+            else:
+                leading.set()
+            # The driver-upgrade controller is its own work key (upstream's "driver-upgrade"), on its own clock.
+            upgrades = self._upgrade_loop(kube, leading=leading, wake=upgrade_wake, stop=stop)
+            watches.append(asyncio.create_task(upgrades))
             while not stop.is_set():
                 if not leading.is_set():
                     await self._sleep(stop, wake=wake, seconds=RENEW_SECONDS)

@@ -1,12 +1,12 @@
 """Snapshots from the cluster: the I/O half of ``snapshot -> plan -> execute``.
 
 One pass reads the driver DaemonSets, their ControllerRevisions and pods (one list each, by the
-driver label), the Nodes, and the PodDisruptionBudgets; pods on a node only for the few nodes that
-are between cordon and driver restart (never every pod of a large cluster), and validator pods only
-for nodes waiting on validation. The driver pods are split into partitions: the ClusterPolicy's
-DaemonSets, and one per NVIDIADriver (pod label ``nvidia.com/gpu-operator.driver``), each planned
-with its own policy. The conversion functions (``pod_view``, ``driver_view``, ``node_view``) are
-pure and also serve the tests and the preview.
+driver label) and the Nodes (in the operator, all from its informers); the PodDisruptionBudgets and
+the pods on a node only while some node is between cordon and driver restart (never every pod of a
+large cluster), and validator pods only for nodes waiting on validation. The driver pods are split
+into partitions: the ClusterPolicy's DaemonSets, and one per NVIDIADriver (pod label
+``nvidia.com/gpu-operator.driver``), each planned with its own policy. The conversion functions
+(``pod_view``, ``driver_view``, ``node_view``) are pure and also serve the tests and the preview.
 """
 
 from __future__ import annotations
@@ -181,14 +181,17 @@ class Cluster:
 async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -> Cluster:
     """One pass's view; ``every_pod`` reads all pods at once (the preview needs every node's pods)."""
     # Independent reads go out together: a pass costs one round trip, not six, on a busy API server.
-    sets, revisions, pods, node_list, pdbs = await asyncio.gather(
+    sets, revisions, pods, node_list = await asyncio.gather(
         kube.list_objects("apps/v1", "DaemonSet", namespace=namespace, labels=DRIVER_SELECTOR),
         kube.list_objects("apps/v1", "ControllerRevision", namespace=namespace, labels=DRIVER_SELECTOR),
         kube.list_objects("v1", "Pod", namespace=namespace, labels=DRIVER_SELECTOR),
         kube.list_objects("v1", "Node"),
-        kube.list_objects("policy/v1", "PodDisruptionBudget", namespace=ALL),
     )
     nodes = {n["metadata"]["name"]: n for n in node_list}
+    states = {name: (node["metadata"].get("labels") or {}).get(m.STATE_LABEL, "") for name, node in nodes.items()}
+    busy = sorted(name for name, state in states.items() if state in PODS_NEEDED)
+    # Budgets matter only to evictions, so only a pass with a node about to evict reads them.
+    pdbs = await kube.list_objects("policy/v1", "PodDisruptionBudget", namespace=ALL) if busy or every_pod else []
     by_uid = {d["metadata"]["uid"]: d for d in sets}
     newest = newest_revisions(revisions)
     drivers: dict[str, tuple[str, DriverPodView]] = {}
@@ -226,8 +229,6 @@ async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -
                 ):
                     cluster.node_validators[node_name].append(pod)
         return cluster
-    states = {name: (node["metadata"].get("labels") or {}).get(m.STATE_LABEL, "") for name, node in nodes.items()}
-    busy = sorted(name for name, state in states.items() if state in PODS_NEEDED)
     listed = await asyncio.gather(
         *(kube.list_objects("v1", "Pod", namespace=ALL, fields={"spec.nodeName": name}) for name in busy)
     )
