@@ -453,7 +453,7 @@ def markdown(results: Sequence[ScaleResult]) -> str:
         "nodes", "first `ready` s", "`ready` and rolled out s", "RSS / peak MiB", "idle req/min (passes)", "idle CPU %",
         "later idle req/min (passes)", "change p50 / p99 s",
     ]  # fmt: skip
-    rows, targets, breakdown = [], [], []
+    rows, targets, breakdown, memory = [], [], [], []
     for r in results:
         lat = r.change_latencies
         p99 = _pct(lat, 0.99) if lat else float("inf")
@@ -475,6 +475,8 @@ def markdown(results: Sequence[ScaleResult]) -> str:
             f"later window {r.idle_later.per_minute:.0f} ({_verdict(r.idle_later.per_minute <= allowed)})",
             f"{p99:.2f} ({_verdict(p99 < TARGET_CHANGE_P99_S and not r.change_timeouts)})",
         ])  # fmt: skip
+        phases = ", ".join(f"{phase} {mib:.0f}" for phase, mib in r.peaks.items())
+        memory.append(f"- {r.nodes:,} nodes: {phases}")
         breakdown.append(f"- {r.nodes:,} nodes, first window: {_requests(r.idle)}")
         breakdown.append(f"- {r.nodes:,} nodes, later window: {_requests(r.idle_later)}")
     return (
@@ -499,6 +501,9 @@ def markdown(results: Sequence[ScaleResult]) -> str:
         + _table(["nodes", "peak RSS MiB (< 150)", "idle requests", "spec change p99 s (< 5)"], targets)
         + "\n\nIdle requests by verb and resource:\n\n"
         + "\n".join(breakdown)
+        + "\n\nHighest RSS (MiB, sampled every 0.2 s) in each phase: the first operator from its start, while the "
+        "policy becomes ready and while idle; the second one while it starts on the populated cluster (`restart`) "
+        "and during the spec changes:\n\n" + "\n".join(memory)
     )
 
 
