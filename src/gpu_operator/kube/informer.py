@@ -103,7 +103,7 @@ class Informer:
             try:
                 version = await self._relist()
                 delay = self.retry_seconds
-                await self._follow(version)
+                await self._follow_until(version, stop=stop)
             except (ApiError, OSError, TimeoutError) as exc:
                 log.info("%s informer: watch broken, listing again: %s", self.kind, exc)
             except Exception as exc:  # httpx surfaces stream errors as various types
@@ -134,6 +134,21 @@ class Informer:
             if before.get(key) != obj:
                 self._notify(before.get(key), obj)
         return version
+
+    async def _follow_until(self, version: str, *, stop: asyncio.Event) -> None:
+        """Follow the watch until it breaks (its error is raised here) or ``stop`` is set."""
+        follow = asyncio.ensure_future(self._follow(version))
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({follow, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (follow, stopped):
+                task.cancel()
+            await asyncio.gather(stopped, return_exceptions=True)
+        if follow.done() and not follow.cancelled():
+            follow.result()
+        else:
+            await asyncio.gather(follow, return_exceptions=True)
 
     async def _follow(self, version: str) -> None:
         stream = self.client.watch(self.resource, resource_version=version, **self._selectors())

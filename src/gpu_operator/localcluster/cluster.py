@@ -252,6 +252,24 @@ class LocalCluster:
         process.start()
         return process
 
+    def restart_apiserver(self, *, timeout: float = 60.0) -> None:
+        """Stop kube-apiserver and start it again on the same port and data (an API outage, for tests
+        that prove clients recover from one)."""
+        specs = comp.component_specs(
+            binaries=self.binaries, layout=self.layout, ports=self.ports, extra_args=self.extra_args
+        )
+        self._processes[comp.APISERVER].stop()
+        apiserver = self._launch(specs[comp.APISERVER])
+        with admin_http_client(layout=self.layout, server=self.server) as http:
+            readyz = comp.health_url(component=comp.APISERVER, ports=self.ports)
+            poll_until(
+                lambda: endpoint_ok(client=http, url=readyz),
+                timeout=timeout,
+                describe="kube-apiserver /readyz after a restart",
+                watch=[apiserver],
+                blame=apiserver,
+            )
+
     def stop(self) -> None:
         """Stop every started process (scheduler and controller-manager, then the API server, then etcd)
         and remove a temporary data directory. Safe to call more than once."""
