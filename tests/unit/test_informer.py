@@ -13,6 +13,7 @@ from gpu_operator.kube.api import Kube, applied_hash, with_applied_hash
 from gpu_operator.kube.informer import Informer
 from gpu_operator.kube.slim import slim_node, slim_pod
 from gpu_operator.reconcile.caches import operator_informers
+from gpu_operator.reconcile.endpoints import OperatorMetrics
 from gpu_operator.render import node_info
 from gpu_operator.upgrade.collect import driver_view, node_view, pod_view
 
@@ -233,3 +234,16 @@ def test_applied_hash_is_stable_and_changes_with_the_object() -> None:
     assert applied_hash(first) == applied_hash(again) is not None
     assert applied_hash(with_applied_hash({**obj, "data": {"k": "w"}})) != applied_hash(first)
     assert applied_hash(obj) is None
+
+
+def test_cache_metrics_say_what_each_cache_holds_and_how_often_it_listed() -> None:
+    informer, _ = _informer()
+    informer.apply("ADDED", _node("n1"))
+    informer.apply("ADDED", _node("n2"))
+    informer.lists = 3
+    pods = Informer(None, None, "v1", "Pod", labels={"app": "nvidia-operator-validator"})  # type: ignore[arg-type]
+    text = OperatorMetrics(caches=(informer, pods), cached_reads=7).render()
+    assert "gpu_operator_cache_reads_total 7" in text
+    assert 'gpu_operator_cache_objects{kind="Node",selector=""} 2' in text
+    assert 'gpu_operator_cache_objects{kind="Pod",selector="app=nvidia-operator-validator"} 0' in text
+    assert 'gpu_operator_cache_lists_total{kind="Node",selector=""} 3' in text

@@ -47,7 +47,7 @@ def operator_command(
         op = Operator(client=client, namespace=namespace, settings=OperatorSettings.from_env(os.environ))
 
         async def observed(outcome: Outcome) -> None:
-            metrics.observe(outcome, api_requests=op.api_requests, upgrades=op.upgrades)
+            metrics.observe(outcome, api_requests=op.api_requests, upgrades=op.upgrades, kube=op.kube)
             ready.set()
 
         op.on_outcome = observed

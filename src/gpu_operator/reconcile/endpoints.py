@@ -11,6 +11,8 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from gpu_operator.kube.api import Kube
+from gpu_operator.kube.informer import Informer
 from gpu_operator.reconcile.clusterpolicy import Outcome
 from gpu_operator.upgrade.controller import UpgradeOutcome
 from gpu_operator.upgrade.model import DONE, FAILED, REQUIRED, UNKNOWN
@@ -29,10 +31,16 @@ class OperatorMetrics:
     passes_by_state: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     upgrades: UpgradeOutcome | None = None
+    caches: tuple[Informer, ...] = ()
+    cached_reads: int = 0
 
-    def observe(self, outcome: Outcome, *, api_requests: int, upgrades: UpgradeOutcome | None = None) -> None:
+    def observe(
+        self, outcome: Outcome, *, api_requests: int, upgrades: UpgradeOutcome | None = None, kube: Kube | None = None
+    ) -> None:
         self.reconciliation_total += 1
         self.upgrades = upgrades
+        if kube is not None:
+            self.caches, self.cached_reads = kube.informers, kube.cached_reads
         self.api_requests = api_requests
         state = outcome.status.state if outcome.status else "none"
         self.passes_by_state[state] = self.passes_by_state.get(state, 0) + 1
@@ -68,7 +76,31 @@ class OperatorMetrics:
             f'gpu_operator_reconciliation_outcomes_total{{state="{k}"}} {v}'
             for k, v in sorted(self.passes_by_state.items())
         ]
-        return "\n".join(lines + upgrade_lines(self.upgrades)) + "\n"
+        return (
+            "\n".join(lines + cache_lines(self.caches, cached_reads=self.cached_reads) + upgrade_lines(self.upgrades))
+            + "\n"
+        )
+
+
+def cache_lines(caches: tuple[Informer, ...], *, cached_reads: int) -> list[str]:
+    """The informers: objects held, lists made (1 + one per recovered watch), reads they answered."""
+    if not caches:
+        return []
+    lines = [
+        "# HELP gpu_operator_cache_reads_total Reads answered from the operator's caches instead of the API server.",
+        "# TYPE gpu_operator_cache_reads_total counter",
+        f"gpu_operator_cache_reads_total {cached_reads}",
+        "# HELP gpu_operator_cache_objects Objects held per cache.",
+        "# TYPE gpu_operator_cache_objects gauge",
+    ]
+    labels = [f'kind="{c.kind}",selector="{",".join(f"{k}={v}" for k, v in c.labels.items())}"' for c in caches]
+    lines += [f"gpu_operator_cache_objects{{{label}}} {len(c.items)}" for label, c in zip(labels, caches, strict=True)]
+    lines += [
+        "# HELP gpu_operator_cache_lists_total Full lists per cache: the first, then one per broken watch.",
+        "# TYPE gpu_operator_cache_lists_total counter",
+    ]
+    lines += [f"gpu_operator_cache_lists_total{{{label}}} {c.lists}" for label, c in zip(labels, caches, strict=True)]
+    return lines
 
 
 def upgrade_lines(upgrades: UpgradeOutcome | None) -> list[str]:
