@@ -353,9 +353,10 @@ def markdown(result: dict[str, Any]) -> str:
         f"| of which slot taken -> new driver pod Ready (median) | {to_ready:.1f} s |",
         f"| slot use: node-seconds in the upgrade / ({PARALLEL} slots x total) | {use:.0%} |",
         "",
-        "Where the time beyond the install goes, per node: pod deletion, the DaemonSet controller creating the new "
-        "pod, the driver manager pausing operands and waiting for their pods to go, the validator's init chain "
-        "re-running on the new driver. The controller's own share is below:",
+        "Where a node's time goes, state by state (`upgrade-required` includes the wait for a slot; states a node "
+        "passes through within one controller pass do not show). `pod-restart-required` holds the install: the old "
+        "driver pod's deletion, the DaemonSet controller creating the new pod, the driver manager, and the simulated "
+        "module loads. The controller's own share is below:",
         "",
         "| time in each state, per node (s) | p50 | p99 | max | n |",
         "|---|---:|---:|---:|---:|",
