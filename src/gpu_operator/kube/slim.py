@@ -42,7 +42,7 @@ def slim_metadata(obj: JSON) -> JSON:
 
 
 def slim_node(node: JSON) -> JSON:
-    """Labels, annotations, the cordon, the Ready condition's status and nodeInfo."""
+    """Labels, annotations, the cordon and taints, the Ready condition's status and nodeInfo."""
     status = node.get("status") or {}
     ready = [
         {"type": "Ready", "status": c.get("status")} for c in status.get("conditions") or [] if c.get("type") == "Ready"
@@ -51,7 +51,7 @@ def slim_node(node: JSON) -> JSON:
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": _meta(node),
-        "spec": _pick(node.get("spec"), ("unschedulable",)),
+        "spec": _pick(node.get("spec"), ("unschedulable", "taints")),
         "status": {"conditions": ready, "nodeInfo": dict(status.get("nodeInfo") or {})},
     }
 

@@ -175,14 +175,19 @@ async def converge(
 
 
 async def readiness(
-    kube: Kube, *, states: Sequence[StateManifests], namespace: str, daemonsets: dict[str, JSON] | None = None
+    kube: Kube,
+    *,
+    states: Sequence[StateManifests],
+    namespace: str,
+    daemonsets: dict[str, JSON] | None = None,
+    nodes: Sequence[JSON] | None = None,
 ) -> list[Any]:
     results = []
     for state in states:
         if not state.enabled or not state.daemonsets:
             results.append(state_result(state))
             continue
-        ready = await readiness_of(kube, names=state.daemonsets, namespace=namespace, known=daemonsets)
+        ready = await readiness_of(kube, names=state.daemonsets, namespace=namespace, known=daemonsets, nodes=nodes)
         results.append(state_result(state, ready))
     return results
 
@@ -222,7 +227,9 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
         applied += await reconcile_drivers(
             kube, namespace=namespace, operator=operator, policy=policy, nodes=nodes, facts=facts
         )
-        results = await readiness(kube, states=states, namespace=namespace, daemonsets=converged.daemonsets)
+        results = await readiness(
+            kube, states=states, namespace=namespace, daemonsets=converged.daemonsets, nodes=nodes
+        )
         status = policy_status(results=results, facts=facts, generation=generation, now=_now(), previous=previous)
     except (ValidationError, RenderError) as exc:
         log.error("ClusterPolicy %s: %s", name, exc)

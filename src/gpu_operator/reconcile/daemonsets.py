@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.render.eligible import eligible_nodes
 from gpu_operator.render.readiness import Readiness, state_readiness
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -25,9 +26,15 @@ def _unobserved(ds: JSON) -> bool:
 
 
 async def readiness_of(
-    kube: Kube, *, names: Sequence[str], namespace: str, known: Mapping[str, JSON] | None = None
+    kube: Kube,
+    *,
+    names: Sequence[str],
+    namespace: str,
+    known: Mapping[str, JSON] | None = None,
+    nodes: Sequence[JSON] | None = None,
 ) -> Readiness:
-    """Readiness of the named DaemonSets together (a missing one is "not created yet")."""
+    """Readiness of the named DaemonSets together (a missing one is "not created yet"); with ``nodes``,
+    a DaemonSet whose controller has scheduled fewer pods than the nodes it should run on is not ready."""
     known = known or {}
     live = {
         name: known[name] if name in known else await kube.get("apps/v1", "DaemonSet", name, namespace=namespace)
@@ -50,4 +57,5 @@ async def readiness_of(
             revisions[name] = await kube.list_objects(
                 "apps/v1", "ControllerRevision", namespace=namespace, labels=narrowed
             )
-    return state_readiness(live, pods=pods, revisions=revisions)
+    eligible = {name: eligible_nodes(ds, nodes) for name, ds in live.items() if ds and nodes is not None}
+    return state_readiness(live, pods=pods, revisions=revisions, eligible=eligible)

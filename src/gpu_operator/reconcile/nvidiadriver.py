@@ -118,7 +118,7 @@ async def reconcile_drivers(
                 await kube.delete("apps/v1", "DaemonSet", old["metadata"]["name"], namespace=namespace)
         status = driver_status(
             active=True,
-            readiness=await readiness_of(kube, names=manifests.daemonsets, namespace=namespace),
+            readiness=await readiness_of(kube, names=manifests.daemonsets, namespace=namespace, nodes=nodes),
             conflicts=result.routing.conflicts_of(manifests.driver),
             missing=[m.message for m in manifests.missing],
             skipped_nodes=manifests.skipped_nodes,

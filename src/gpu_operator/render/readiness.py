@@ -4,6 +4,8 @@ Pure functions over the API's JSON: the reconciler passes the live DaemonSet, an
 DaemonSets (drivers) the pods it selects and its ControllerRevisions, because an OnDelete DaemonSet's
 status counters do not say whether its pods run the current template:
 
+- fewer pods desired than the nodes the operator counts for the DaemonSet (``render.eligible``): not
+  ready, the controller has not caught up (upstream misses this and calls such a state ready);
 - ``desiredNumberScheduled == 0``: ready (no GPU node, nothing to wait for);
 - ``numberUnavailable != 0``: not ready;
 - ``RollingUpdate``: the controller observed the current generation, and every desired pod is
@@ -73,12 +75,17 @@ def daemonset_readiness(
     *,
     pods: Sequence[Mapping[str, Any]] = (),
     revisions: Sequence[Mapping[str, Any]] = (),
+    eligible: int | None = None,
 ) -> Readiness:
-    """Readiness of one live DaemonSet (``pods``/``revisions`` are read only for OnDelete)."""
+    """Readiness of one live DaemonSet (``pods``/``revisions`` are read only for OnDelete; ``eligible``:
+    the nodes it should run on, as the operator counts them, None when not counted)."""
     meta = daemonset.get("metadata") or {}
     name = str(meta.get("name", "?"))
     status = daemonset.get("status") or {}
     desired = _int(status, "desiredNumberScheduled")
+    if eligible is not None and desired < eligible:
+        reason = f"{name}: the DaemonSet controller has scheduled {desired} of {eligible} nodes so far"
+        return Readiness(ready=False, reason=reason)
     if desired == 0:
         return Readiness(ready=True, reason=f"{name}: no node selected")
     unavailable = _int(status, "numberUnavailable")
@@ -111,6 +118,7 @@ def state_readiness(
     *,
     pods: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     revisions: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    eligible: Mapping[str, int | None] | None = None,
 ) -> Readiness:
     """A state is ready when all its DaemonSets are; None for a DaemonSet means "not created yet"."""
     reasons = []
@@ -119,7 +127,12 @@ def state_readiness(
         if live is None:
             reasons.append(f"{name}: not created yet")
             continue
-        result = daemonset_readiness(live, pods=(pods or {}).get(name, ()), revisions=(revisions or {}).get(name, ()))
+        result = daemonset_readiness(
+            live,
+            pods=(pods or {}).get(name, ()),
+            revisions=(revisions or {}).get(name, ()),
+            eligible=(eligible or {}).get(name),
+        )
         if not result.ready:
             reasons.append(result.reason)
     return Readiness(ready=not reasons, reason="; ".join(reasons))
