@@ -53,7 +53,6 @@ MIX_PER_100 = {
     "dgx-h100": 30, "hgx-h200": 10, "dgx-a100": 10, "pcie-l4": 20, "pcie-t4": 10, "a100-mig": 10, "cpu-only": 10,
 }  # fmt: skip
 SCALES = (100, 1000)
-CLUSTER_ARGS = {"kube-controller-manager": ["--node-monitor-grace-period=10m"]}
 READY_TIMEOUT = 1200.0
 SETTLE_SECONDS = 20.0
 IDLE_SECONDS = 60.0
@@ -369,11 +368,7 @@ def _spec_changes(client: Client) -> tuple[list[float], int]:
 def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], None] = print) -> ScaleResult:
     """One scale on a fresh cluster: ready, two idle windows, then spec changes on a restarted operator."""
     spawn = multiprocessing.get_context("spawn")
-    # The simulator's thousand kubelets share two cores with everything else: while they start ~7,000
-    # pods their heartbeats fall behind the default 40 s grace, the node-lifecycle controller taints
-    # the nodes unreachable, the DaemonSets then want 0 pods and the policy is "ready" with nothing
-    # running (measured). A longer grace keeps the nodes reachable, as real kubelets would be.
-    with LocalCluster(binaries=binaries, extra_args=CLUSTER_ARGS) as cluster:
+    with LocalCluster(binaries=binaries) as cluster:
         client = cluster.client(field_manager="bench")
         install_crds(client=client)
         client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
@@ -488,10 +483,7 @@ def markdown(results: Sequence[ScaleResult]) -> str:
         "The operator (`Operator.run` with leader election, in its own process) against a fresh local control "
         f"plane per scale, with simulated nodes ({node_spec(1000)} at 1,000; a tenth of each at 100; the "
         "simulator's in-process GPU plugin) in a separate simulator process. The operand pods run a stub program "
-        "per operand (init containers exit 0, main containers are Ready), not the real agents; the "
-        "controller-manager runs with `--node-monitor-grace-period=10m` (the simulated kubelets' heartbeats lag "
-        "on 2 cores while they start ~7,000 pods, and without it their nodes are tainted unreachable, so the "
-        "DaemonSets want no pods at all); `ready` is the "
+        "per operand (init containers exit 0, main containers are Ready), not the real agents; `ready` is the "
         "operator's own status computed from the real DaemonSet status. First `ready`: from creating the "
         "ClusterPolicy to the first `status.state=ready` (it is too early when the operator calls a DaemonSet "
         "ready before its controller has caught up, as `render/readiness.py` does for one without status). "
