@@ -23,6 +23,18 @@ from gpu_operator.sim.node import NodeOptions
 from gpu_operator.sim.programs import Program
 from gpu_operator.sim.simulator import Simulator
 
+#: The operand agents the default ClusterPolicy's DaemonSets run (``gpu-operator agent NAME``).
+OPERAND_AGENTS = (
+    "device-plugin",
+    "feature-discovery",
+    "exporter",
+    "validator",
+    "node-status-exporter",
+    "toolkit",
+    "mig-manager",
+    "driver-manager",
+    "driver",
+)
 SimNodesFactory = Callable[..., list[str]]
 SimProgramFactory = Callable[[str, Program], None]
 

@@ -23,7 +23,7 @@ from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.agents import agent_registry
 from tests.integration.conftest_operator import OperatorThread
-from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
+from tests.integration.conftest_sim import OPERAND_AGENTS, SimNodesFactory, SimProgramFactory
 
 pytestmark = pytest.mark.integration
 
@@ -59,17 +59,7 @@ def test_policy_to_ready_nodes_and_back(
     sim_program: SimProgramFactory,
 ) -> None:
     registry = agent_registry()
-    for name in (
-        "device-plugin",
-        "feature-discovery",
-        "exporter",
-        "validator",
-        "node-status-exporter",
-        "toolkit",
-        "mig-manager",
-        "driver-manager",
-        "driver",
-    ):
+    for name in OPERAND_AGENTS:
         spec = registry.get(name)
         assert spec is not None
         sim_program(name, spec.entrypoint)

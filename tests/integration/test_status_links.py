@@ -34,22 +34,11 @@ from gpu_operator.sim.context import ProgramContext, ProgramExit
 from gpu_operator.sim.programs import Program
 from gpu_operator.sim.simulator import Simulator
 from tests.integration.conftest_operator import OperatorThread
-from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
+from tests.integration.conftest_sim import OPERAND_AGENTS, SimNodesFactory, SimProgramFactory
 
 pytestmark = pytest.mark.integration
 
 JSON = dict[str, Any]
-AGENTS = (
-    "device-plugin",
-    "feature-discovery",
-    "exporter",
-    "validator",
-    "node-status-exporter",
-    "toolkit",
-    "mig-manager",
-    "driver-manager",
-    "driver",
-)
 
 
 def _on_node(broken: str, real: Program, substitute: Program) -> Program:
@@ -97,7 +86,7 @@ def test_status_names_the_broken_link(
         "device-plugin": (no_plugin, _plugin_never_registers),
         "exporter": (bad_exporter, _exporter_crashes),
     }
-    for name in AGENTS:
+    for name in OPERAND_AGENTS:
         spec = registry.get(name)
         assert spec is not None
         if name in substitutes:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,18 +137,7 @@ class Informer:
 
     async def _follow_until(self, version: str, *, stop: asyncio.Event) -> None:
         """Follow the watch until it breaks (its error is raised here) or ``stop`` is set."""
-        follow = asyncio.ensure_future(self._follow(version))
-        stopped = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({follow, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (follow, stopped):
-                task.cancel()
-            await asyncio.gather(stopped, return_exceptions=True)
-        if follow.done() and not follow.cancelled():
-            follow.result()
-        else:
-            await asyncio.gather(follow, return_exceptions=True)
+        await _until_stopped(self._follow(version), stop=stop)
 
     async def _follow(self, version: str) -> None:
         stream = self.client.watch(self.resource, resource_version=version, **self._selectors())
@@ -186,18 +175,30 @@ class Informer:
             self.on_change(old, new)
 
 
+async def _until_stopped(work: Awaitable[Any], *, stop: asyncio.Event, timeout: float | None = None) -> None:
+    """Run ``work`` until it ends (its error is raised here), ``stop`` is set or ``timeout`` passes;
+    whatever is left is cancelled."""
+    task: asyncio.Future[Any] = asyncio.ensure_future(work)
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for future in (task, stopped):
+            future.cancel()
+        await asyncio.gather(stopped, return_exceptions=True)
+    if task.done() and not task.cancelled():
+        task.result()
+    else:
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def wait_synced(informers: Sequence[Informer], *, stop: asyncio.Event, timeout: float) -> bool:
     """Wait until every informer has listed once (or ``stop``, or ``timeout``); False if some have not.
 
     A process that starts working before its caches are filled reads everything from the API server
     at once: at a thousand nodes that doubled a restarted operator's memory.
     """
-    synced: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(i.synced.wait() for i in informers)))
-    stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({synced, stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    for task in (synced, stopped):
-        task.cancel()
-    await asyncio.gather(synced, stopped, return_exceptions=True)
+    await _until_stopped(asyncio.gather(*(i.synced.wait() for i in informers)), stop=stop, timeout=timeout)
     missing = [f"{i.kind} {dict(i.labels) or ''}".strip() for i in informers if not i.synced.is_set()]
     if missing and not stop.is_set():
         log.warning("caches not filled after %.0f s (%s): those reads go to the API server", timeout, missing)

@@ -33,8 +33,8 @@ from gpu_operator.kube.api import ClusterPolicyResource, NVIDIADriverResource
 from gpu_operator.kube.informer import JSON, Informer
 from gpu_operator.kube.slim import slim_metadata, slim_node, slim_pod
 from gpu_operator.upgrade.collect import DRIVER_SELECTOR, VALIDATOR_SELECTOR
+from gpu_operator.upgrade.model import KEY_PREFIX
 
-UPGRADE_KEY_PREFIX = "nvidia.com/gpu-driver-upgrade"
 Wake = Callable[[], None]
 
 
@@ -45,7 +45,7 @@ def reconciler_view(node: JSON | None) -> tuple[Any, ...] | None:
         return None
     labels = node["metadata"].get("labels") or {}
     runtime = ((node.get("status") or {}).get("nodeInfo") or {}).get("containerRuntimeVersion", "")
-    return tuple(sorted(i for i in labels.items() if not i[0].startswith(UPGRADE_KEY_PREFIX))), runtime
+    return tuple(sorted(i for i in labels.items() if not i[0].startswith(KEY_PREFIX))), runtime
 
 
 def operator_informers(

@@ -17,7 +17,8 @@ from typing import Any
 
 from gpu_operator.upgrade.selectors import Selector, parse_selector
 
-STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+KEY_PREFIX = "nvidia.com/gpu-driver-upgrade"  # every label and annotation below starts with it
+STATE_LABEL = f"{KEY_PREFIX}-state"
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
 INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
