@@ -4,6 +4,7 @@ unreachable/not-ready taints) for minutes while the other tests of this module u
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import threading
 import time
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 from lightkube import ApiError, Client, codecs
 from lightkube.resources.apps_v1 import DaemonSet
@@ -292,6 +294,58 @@ def test_pod_context_env_volumes_and_init_containers(
     assert seen.get("stopped") is True
 
 
+def _renewed(client: Client, name: str) -> dt.datetime:
+    renewed = _get(client, Lease, name, "kube-node-lease")["spec"]["renewTime"]
+    return dt.datetime.fromisoformat(str(renewed).replace("Z", "+00:00"))
+
+
+def test_heartbeats_go_on_while_pod_requests_hold_every_connection(
+    client: Client, nodes: tuple[list[str], Monitor], simulator: Simulator
+) -> None:
+    """At 1,000 nodes the pods' requests queued by thousands; the Lease renewals must not wait behind them."""
+    names, _ = nodes
+    api = simulator.core.api
+    held = simulator.concurrency + 4  # the pod client's connections (Simulator._start)
+
+    async def hold() -> list[asyncio.Task[None]]:
+        async def watch() -> None:
+            params = {"timeoutSeconds": "40"}
+            async for _ in api.watch("/api/v1/namespaces/default/configmaps", params=params):
+                pass
+
+        tasks = [asyncio.create_task(watch()) for _ in range(held)]
+        await asyncio.sleep(1.0)
+        return tasks
+
+    async def pod_request_waits() -> bool:
+        # The private client only to prove the premise: with every connection held, a pod request gets none.
+        try:
+            await api._http.get("/version", timeout=httpx.Timeout(2.0))
+        except httpx.PoolTimeout:
+            return True
+        return False
+
+    async def release(tasks: list[asyncio.Task[None]]) -> bool:
+        running = all(not t.done() for t in tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return running
+
+    began = dt.datetime.now(dt.UTC)
+    tasks = simulator.call(hold())
+    try:
+        assert simulator.call(pod_request_waits()), "the watches did not take every connection of the pod client"
+        wait_for(
+            lambda: all(_renewed(client, n) > began for n in names),
+            timeout=25,
+            describe="every Lease renewed while the pod client had no free connection",
+        )
+    finally:
+        still_held = simulator.call(release(tasks))
+    assert still_held, "a held watch ended early: the pool was not full for the whole test"
+
+
 @pytest.mark.timeout(300)
 def test_nodes_stay_ready_for_minutes(nodes: tuple[list[str], Monitor], client: Client) -> None:
     """Last in the module: the nodes lived through the other tests; keep watching until the window ends."""
@@ -306,6 +360,5 @@ def test_nodes_stay_ready_for_minutes(nodes: tuple[list[str], Monitor], client: 
     assert monitor.samples >= READY_WINDOW / 3
     now = dt.datetime.now(dt.UTC)
     for name in names:
-        renewed = _get(client, Lease, name, "kube-node-lease")["spec"]["renewTime"]
-        age = now - dt.datetime.fromisoformat(str(renewed).replace("Z", "+00:00"))
+        age = now - _renewed(client, name)
         assert age.total_seconds() < 25, f"lease of {name} renewed {age} ago"

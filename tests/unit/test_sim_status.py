@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+from typing import Any, cast
 
+import httpx
 import pytest
 
-from gpu_operator.sim.podstatus import ContainerRecord, pod_phase, pod_status
+from gpu_operator.sim.apiclient import ApiClient, ApiError
+from gpu_operator.sim.podstatus import ContainerRecord, StatusWriter, pod_phase, pod_status
 
 pytestmark = pytest.mark.unit
 
@@ -83,3 +87,51 @@ def test_restart_keeps_the_last_termination() -> None:
     assert body["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 1s"}}
     assert body["lastState"]["terminated"]["exitCode"] == 1
     assert body["lastState"]["terminated"]["message"] == "boom"
+
+
+class _FlakyApi:
+    """Fails the first patches with the given errors, then records the bodies it receives."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors = list(errors)
+        self.bodies: list[Any] = []
+        self.delivered = asyncio.Event()
+
+    async def patch(self, path: str, body: Any, *, kind: str = "merge", want: bool = False) -> dict[str, Any]:
+        if self.errors:
+            raise self.errors.pop(0)
+        self.bodies.append(body)
+        self.delivered.set()
+        return {}
+
+
+def test_status_writer_retries_after_transport_errors_and_api_errors() -> None:
+    """A timeout or a refused write must not end the writer: the pod would never report its status again."""
+
+    async def run() -> list[Any]:
+        request = httpx.Request("PATCH", "https://api/pods/p/status")
+        api = _FlakyApi(httpx.PoolTimeout("pool", request=request), ApiError(code=500, reason="x", message="y"))
+        writer = StatusWriter(
+            api=cast(ApiClient, api), path="/p/status", compute=lambda: {"phase": "Running"}, label="p", retry_delay=0
+        )
+        writer.start()
+        writer.changed()
+        await asyncio.wait_for(api.delivered.wait(), 5)
+        await writer.stop()
+        return api.bodies
+
+    assert asyncio.run(run()) == [{"status": {"phase": "Running"}}]
+
+
+def test_status_writer_ends_when_the_pod_is_gone() -> None:
+    async def run() -> bool:
+        api = _FlakyApi(ApiError(code=404, reason="NotFound", message="gone"))
+        writer = StatusWriter(api=cast(ApiClient, api), path="/p/status", compute=lambda: {}, label="p", retry_delay=0)
+        writer.start()
+        writer.changed()
+        task = writer._task
+        assert task is not None
+        await asyncio.wait_for(asyncio.shield(task), 5)
+        return task.done() and not api.bodies
+
+    assert asyncio.run(run())

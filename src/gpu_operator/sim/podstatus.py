@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from gpu_operator.sim.apiclient import ApiClient, ApiError
 from gpu_operator.sim.objects import time_text
 
@@ -169,8 +171,11 @@ def pod_status(
 class StatusWriter:
     """Sends ``compute()`` to ``path`` whenever :meth:`changed` was called and the result differs."""
 
-    def __init__(self, *, api: ApiClient, path: str, compute: Callable[[], JSON], label: str) -> None:
+    def __init__(
+        self, *, api: ApiClient, path: str, compute: Callable[[], JSON], label: str, retry_delay: float = 1.0
+    ) -> None:
         self._api = api
+        self._retry_delay = retry_delay
         self._path = path
         self._compute = compute
         self._label = label
@@ -200,9 +205,10 @@ class StatusWriter:
             try:
                 await self._api.patch(self._path, {"status": body})
                 self._last = body
-            except ApiError as error:
-                if error.code == 404:  # the pod is gone
+            except (ApiError, httpx.HTTPError) as error:
+                # A timeout must not end the writer: the pod would never report again.
+                if isinstance(error, ApiError) and error.code == 404:  # the pod is gone
                     return
                 log.warning("pod %s: status update failed: %s", self._label, error)
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(self._retry_delay)
                 self._dirty.set()

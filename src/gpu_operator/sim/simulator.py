@@ -77,6 +77,7 @@ class Simulator:
         self._counter = itertools.count()
         self._names: dict[str, itertools.count[int]] = {}
         self._control: asyncio.AbstractServer | None = None
+        self._beats_api: ApiClient | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -109,8 +110,12 @@ class Simulator:
         # 8 connections cost half the CPU of 32 and register nodes faster (see BENCHMARKS.md).
         api = ApiClient(access=self.access, max_connections=self.concurrency + 4)
         version = await api.get("/version")
+        # The heartbeat has connections of its own, as every real kubelet does: in one shared pool its Lease
+        # renewals queued behind thousands of pod requests (token requests, volume reads, status updates)
+        # while 1,000 nodes started their pods, and the node-lifecycle controller declared them unreachable.
+        self._beats_api = ApiClient(access=self.access, max_connections=self.concurrency)
         heartbeat = Heartbeat(
-            api=api,
+            api=self._beats_api,
             lease_interval=self.lease_interval,
             status_interval=self.status_interval,
             concurrency=self.concurrency,
@@ -165,6 +170,8 @@ class Simulator:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         assert self._core is not None
         await self._core.api.close()
+        if self._beats_api is not None:
+            await self._beats_api.close()
 
     def call(self, coroutine: Coroutine[Any, Any, T], *, timeout: float | None = DEFAULT_TIMEOUT) -> T:
         """Run ``coroutine`` in the simulator's loop and return its result."""
