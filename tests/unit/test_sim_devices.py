@@ -151,3 +151,43 @@ def test_heartbeat_schedules_leases_and_statuses() -> None:
         ("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/a", "merge"),
         ("/api/v1/nodes/a/status", "strategic"),
     ]
+
+
+class SlowStatusApi(FakeApi):
+    """Status updates hang until ``release`` is set (an API server busy with thousands of pods)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def patch(self, path: str, body: Any, *, kind: str = "merge", want: bool = False) -> dict[str, Any]:
+        self.calls.append((path, kind))
+        if path.endswith("/status"):
+            await self.release.wait()
+        return {}
+
+
+def test_a_slow_status_update_does_not_hold_back_lease_renewals() -> None:
+    async def scenario() -> list[tuple[str, str]]:
+        api = SlowStatusApi()
+        heartbeat = Heartbeat(api=api, lease_interval=10, status_interval=100)
+        for name in ("a", "b"):
+            heartbeat.add(Beat(name=name, status_body=lambda now: {"status": {}}), now=0.0)
+        heartbeat.status_now("a")
+        first = heartbeat.send_due(10.0)  # leases a and b, and a's status, which hangs
+        await asyncio.gather(*first[:2])
+        assert not first[2].done()
+        second = heartbeat.send_due(20.0)  # the next renewals go out; no second status for a while one hangs
+        await asyncio.gather(*second)
+        assert len(second) == 2
+        api.release.set()
+        await first[2]
+        beat_a = heartbeat.get("a")
+        assert beat_a is not None
+        assert beat_a.sending == set()
+        return api.calls
+
+    calls = asyncio.run(scenario())
+    lease = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"
+    renewals = [(lease + "a", "merge"), (lease + "b", "merge")]
+    assert sorted(calls) == sorted([*renewals, ("/api/v1/nodes/a/status", "strategic"), *renewals])

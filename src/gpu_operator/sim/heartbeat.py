@@ -5,6 +5,10 @@ the node-lifecycle controller marks a node unreachable when neither moved within
 current releases). Running a thread per node does not scale; this loop wakes twice a second, picks the
 nodes whose renewal or status update is due (first deadlines spread at random so a thousand nodes do not
 renew in lockstep) and sends those requests concurrently with a bounded number in flight.
+
+The loop never waits for its requests: one slow status update (an API server busy starting thousands of
+pods) must not hold back the next tick's Lease renewals, as it would if each tick awaited all of its
+requests. A node with a request of one kind still in flight gets no second one of that kind.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,6 +44,7 @@ class Beat:
     beating: bool = True
     next_lease: float = 0.0
     next_status: float = 0.0
+    sending: set[str] = field(default_factory=set)  # "lease" and/or "status": a request in flight
 
 
 @dataclass
@@ -74,6 +79,7 @@ class Heartbeat:
         self._beats: dict[str, Beat] = {}
         self._limit = asyncio.Semaphore(concurrency)
         self._wake = asyncio.Event()
+        self._inflight: set[asyncio.Task[None]] = set()
         self.stats = HeartbeatStats()
 
     def add(self, beat: Beat, *, now: float | None = None) -> None:
@@ -103,26 +109,49 @@ class Heartbeat:
         for beat in self._beats.values():
             if not beat.beating:
                 continue
-            if beat.next_lease <= moment:
+            if beat.next_lease <= moment and "lease" not in beat.sending:
                 beat.next_lease = moment + self.lease_interval
                 leases.append(beat)
-            if beat.next_status <= moment:
+            if beat.next_status <= moment and "status" not in beat.sending:
                 beat.next_status = moment + self.status_interval
                 statuses.append(beat)
         return leases, statuses
 
-    async def beat_once(self, moment: float) -> None:
-        """Send every request due at ``moment`` (concurrently, bounded)."""
+    def send_due(self, moment: float) -> list[asyncio.Task[None]]:
+        """Start every request due at ``moment`` (bounded by the semaphore) and return at once."""
         leases, statuses = self.due(moment)
-        await asyncio.gather(*(self._renew(b) for b in leases), *(self._status(b) for b in statuses))
+        started = [self._send(b, "lease", self._renew(b)) for b in leases]
+        return started + [self._send(b, "status", self._status(b)) for b in statuses]
+
+    def _send(self, beat: Beat, kind: str, request: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        beat.sending.add(kind)
+        task = asyncio.create_task(request, name=f"heartbeat-{kind}-{beat.name}")
+        self._inflight.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._inflight.discard(finished)
+            beat.sending.discard(kind)
+
+        task.add_done_callback(done)
+        return task
+
+    async def beat_once(self, moment: float) -> None:
+        """Send every request due at ``moment`` and wait for them (tests; the loop does not wait)."""
+        await asyncio.gather(*self.send_due(moment))
 
     async def run(self) -> None:
-        """Loop until cancelled."""
-        while True:
-            await self.beat_once(time.monotonic())
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), TICK)
+        """Loop until cancelled; requests still in flight are cancelled with it."""
+        try:
+            while True:
+                self.send_due(time.monotonic())
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), TICK)
+        finally:
+            pending = list(self._inflight)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     def _failed(self, beat: Beat, what: str, error: Exception) -> None:
         self.stats.errors += 1
