@@ -56,6 +56,8 @@ class OperatorThread:
         self.thread.start()
 
     def shutdown(self) -> None:
+        if not self.thread.is_alive():  # stopped already (a test may stop it before its ``with`` ends)
+            return
         self.loop.call_soon_threadsafe(self.stop.set)
         self.thread.join(timeout=30)
 

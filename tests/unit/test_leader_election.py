@@ -1,0 +1,135 @@
+"""Lease-based leader election against an in-memory Lease: who may take it, what each renewal costs, and
+what a holding keeps across renewals. Expiry is shown with renewal times in the past, so nothing sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any, cast
+
+import pytest
+
+from gpu_operator.kube.api import Kube
+from gpu_operator.reconcile.operator import LEASE_NAME, LEASE_SECONDS, LeaderElection
+
+pytestmark = pytest.mark.unit
+
+JSON = dict[str, Any]
+NAMESPACE = "gpu-operator"
+
+
+class FakeLeases:
+    """The three calls the election makes, on one stored Lease; counts them."""
+
+    def __init__(self) -> None:
+        self.lease: JSON | None = None
+        self.calls: list[str] = []
+
+    async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> JSON | None:
+        assert (api_version, kind, name, namespace) == ("coordination.k8s.io/v1", "Lease", LEASE_NAME, NAMESPACE)
+        self.calls.append("get")
+        return self.lease
+
+    async def apply(self, obj: JSON) -> JSON:
+        self.calls.append("apply")
+        self.lease = obj
+        return obj
+
+    async def delete(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> bool:
+        self.calls.append("delete")
+        self.lease = None
+        return True
+
+
+def _micro(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _held_by(holder: str, *, seconds_ago: float) -> JSON:
+    renewed = _micro(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago))
+    spec = {"holderIdentity": holder, "leaseDurationSeconds": LEASE_SECONDS, "acquireTime": renewed}
+    return {"metadata": {"name": LEASE_NAME}, "spec": {**spec, "renewTime": renewed}}
+
+
+def _election(leases: FakeLeases, identity: str = "me") -> LeaderElection:
+    return LeaderElection(kube=cast(Kube, leases), namespace=NAMESPACE, identity=identity)
+
+
+def test_an_absent_lease_is_taken() -> None:
+    leases = FakeLeases()
+    election = _election(leases)
+    assert asyncio.run(election.try_acquire())
+    assert election.held
+    assert leases.lease is not None
+    spec = leases.lease["spec"]
+    assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("me", LEASE_SECONDS)
+    assert spec["acquireTime"] == spec["renewTime"]
+    assert leases.lease["metadata"] == {"name": LEASE_NAME, "namespace": NAMESPACE}
+
+
+def test_a_live_lease_of_another_holder_is_left_alone() -> None:
+    leases = FakeLeases()
+    leases.lease = _held_by("other", seconds_ago=LEASE_SECONDS - 3)
+    election = _election(leases)
+    assert not asyncio.run(election.try_acquire())
+    assert not election.held
+    assert leases.calls == ["get"]  # a standby only reads
+    assert leases.lease["spec"]["holderIdentity"] == "other"
+
+
+def test_an_expired_lease_of_another_holder_is_taken_with_a_new_acquire_time() -> None:
+    leases = FakeLeases()
+    leases.lease = _held_by("crashed", seconds_ago=LEASE_SECONDS + 1)
+    old_acquire = leases.lease["spec"]["acquireTime"]
+    election = _election(leases)
+    assert asyncio.run(election.try_acquire())
+    spec = leases.lease["spec"]
+    assert spec["holderIdentity"] == "me"
+    assert spec["acquireTime"] != old_acquire
+    assert spec["acquireTime"] == spec["renewTime"]
+
+
+def test_renewals_are_one_write_and_keep_the_acquire_time() -> None:
+    async def scenario() -> tuple[list[str], JSON]:
+        leases = FakeLeases()
+        election = _election(leases)
+        await election.try_acquire()
+        acquired = leases.lease["spec"]["acquireTime"] if leases.lease else None
+        leases.calls.clear()
+        for _ in range(3):
+            assert await election.try_acquire()
+        assert leases.lease is not None
+        assert leases.lease["spec"]["acquireTime"] == acquired
+        return leases.calls, leases.lease
+
+    calls, lease = asyncio.run(scenario())
+    assert calls == ["apply", "apply", "apply"]  # no read while the holding is fresh
+    assert lease["spec"]["renewTime"] >= lease["spec"]["acquireTime"]
+
+
+def test_a_restarted_holder_keeps_its_acquire_time() -> None:
+    """The same identity coming back (a restart that kept its name) renews the holding it had."""
+    leases = FakeLeases()
+    leases.lease = _held_by("me", seconds_ago=2)
+    acquired = leases.lease["spec"]["acquireTime"]
+    assert asyncio.run(_election(leases).try_acquire())
+    assert leases.lease["spec"]["acquireTime"] == acquired
+
+
+def test_release_deletes_the_lease_only_when_held() -> None:
+    async def scenario() -> list[str]:
+        leases = FakeLeases()
+        leases.lease = _held_by("other", seconds_ago=1)
+        standby = _election(leases, identity="standby")
+        await standby.try_acquire()
+        await standby.release()  # not ours: left alone
+        assert leases.lease is not None
+        leases.lease = None
+        leader = _election(leases)
+        await leader.try_acquire()
+        await leader.release()
+        assert leases.lease is None
+        assert not leader.held
+        return leases.calls
+
+    assert asyncio.run(scenario()) == ["get", "get", "apply", "delete"]
