@@ -41,6 +41,7 @@ from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.kube.crds import install_crds
 from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.cluster import LocalCluster
+from gpu_operator.sim.objects import node_healthy
 
 NAMESPACE = "gpu-operator"
 POLICY = "cluster-policy"
@@ -289,17 +290,9 @@ def _rolled_out(client: Client) -> bool:
     return True
 
 
-BAD_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
-
-
 def _healthy_nodes(client: Client) -> int:
     """Nodes that are Ready and carry neither the unreachable nor the not-ready taint."""
-    healthy = 0
-    for node in client.list(Node):
-        ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
-        tainted = any(t.key in BAD_TAINTS for t in (node.spec.taints or [])) if node.spec else False
-        healthy += ready and not tainted
-    return healthy
+    return sum(node_healthy(node.to_dict()) for node in client.list(Node))
 
 
 def _pods_wanted(client: Client) -> tuple[int, int]:

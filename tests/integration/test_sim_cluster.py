@@ -22,7 +22,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.context import ProgramContext
-from gpu_operator.sim.objects import PROFILE_LABEL, SIM_LABEL
+from gpu_operator.sim.objects import PROFILE_LABEL, SIM_LABEL, node_healthy
 from gpu_operator.sim.simulator import Simulator
 from tests.integration.conftest_sim import SimProgramFactory
 
@@ -31,7 +31,6 @@ pytestmark = pytest.mark.integration
 JSON = dict[str, Any]
 PROFILES = ("dgx-h100", "a100-mig", "pcie-l4", "cpu-only")
 READY_WINDOW = 150.0  # seconds the nodes must stay Ready: three node-monitor grace periods (50 s)
-BAD_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 AGENT = ["gpu-operator", "agent"]
 
 
@@ -69,7 +68,7 @@ class Monitor:
             node = _get(self.client, Node, name)
             ready = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}.get("Ready")
             taints = [t["key"] for t in node.get("spec", {}).get("taints", [])]
-            healthy = ready == "True" and not any(t in BAD_TAINTS for t in taints)
+            healthy = node_healthy(node)
             if name not in self.clean_since:
                 # A new node carries the not-ready taint until the controller first sees it Ready.
                 if healthy:
@@ -305,7 +304,7 @@ def test_heartbeats_go_on_while_pod_requests_hold_every_connection(
     """At 1,000 nodes the pods' requests queued by thousands; the Lease renewals must not wait behind them."""
     names, _ = nodes
     api = simulator.core.api
-    held = simulator.concurrency + 4  # the pod client's connections (Simulator._start)
+    held = api.max_connections  # every connection of the pod client
 
     async def hold() -> list[asyncio.Task[None]]:
         async def watch() -> None:

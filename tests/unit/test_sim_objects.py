@@ -11,6 +11,7 @@ from gpu_operator.sim.objects import (
     NFD,
     NodeShape,
     lease_manifest,
+    node_healthy,
     node_ip,
     node_labels,
     node_manifest,
@@ -132,3 +133,13 @@ def test_every_catalog_profile_makes_a_shape(name: str) -> None:
     )
     assert shape.memory_mib * (1 << 20) == profile.memory_bytes
     assert f"ID={profile.os_id}\n" in os_release(shape)
+
+
+def test_node_healthy_needs_ready_and_no_lifecycle_taint() -> None:
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert node_healthy(ready)
+    assert node_healthy({**ready, "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}})
+    for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"):
+        assert not node_healthy({**ready, "spec": {"taints": [{"key": key, "effect": "NoExecute"}]}})
+    assert not node_healthy({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})
+    assert not node_healthy({"status": {}})

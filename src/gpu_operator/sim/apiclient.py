@@ -117,6 +117,7 @@ class ApiClient:
 
     def __init__(self, *, access: ClusterAccess, max_connections: int = 32, timeout: float = 30.0) -> None:
         self.access = access
+        self.max_connections = max_connections
         self._slots = asyncio.Semaphore(max_connections)
         headers = {"Authorization": f"Bearer {access.token}"} if access.token else {}
         self._http = httpx.AsyncClient(

@@ -199,6 +199,19 @@ def lease_manifest(*, name: str, node_uid: str, now: dt.datetime) -> JSON:
     }
 
 
+#: Taints the node-lifecycle controller puts on a node whose kubelet stopped reporting.
+LIFECYCLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+
+
+def node_healthy(node: JSON) -> bool:
+    """Ready and free of the lifecycle taints: what a simulated kubelet must keep its node (a Node as JSON)."""
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions") or []
+    )
+    taints = (node.get("spec") or {}).get("taints") or []
+    return ready and not any(t.get("key") in LIFECYCLE_TAINTS for t in taints)
+
+
 def lease_renewal(now: dt.datetime) -> JSON:
     return {"spec": {"renewTime": micro_time_text(now)}}
 
