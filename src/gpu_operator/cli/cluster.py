@@ -36,6 +36,9 @@ from gpu_operator.localcluster.state import (
 )
 from gpu_operator.localcluster.supervisor import SUPERVISOR_LOG, serve, spawn_detached, wait_until_settled
 
+#: The product image `make image` writes (relative to the working directory).
+DEFAULT_IMAGE = Path("build/image/gpu-operator.oci.tar")
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -79,10 +82,26 @@ def cluster_group() -> None:
 @state_dir_option
 @click.option("--detach", is_flag=True, help="Return once ready, leaving a supervisor process running.")
 @click.option("--timeout", type=float, default=DEFAULT_START_TIMEOUT, show_default=True, help="Start timeout (s).")
-def up_command(state_dir: Path | None, detach: bool, timeout: float) -> None:
+@click.option(
+    "--real-nodes",
+    type=click.IntRange(0, 250),
+    default=0,
+    show_default=True,
+    help="Real kubelet nodes (kubelet + containerd on this host, as root) to start beside the control plane.",
+)
+@click.option(
+    "--image",
+    "images",
+    multiple=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help=f"OCI archive to import into every real node (default: {DEFAULT_IMAGE} when it exists).",
+)
+def up_command(state_dir: Path | None, detach: bool, timeout: float, real_nodes: int, images: tuple[Path, ...]) -> None:
     """Start a fresh local cluster.
 
-    Stays in the foreground until Ctrl-C, unless --detach.
+    Stays in the foreground until Ctrl-C, unless --detach. With --real-nodes N, N real nodes
+    (real-node-1 ... real-node-N) register and run pods; the product image from `make image` is
+    imported into each.
     """
     directory = _state_dir(state_dir)
     running = live_state(state_dir=directory)
@@ -92,11 +111,17 @@ def up_command(state_dir: Path | None, detach: bool, timeout: float) -> None:
             f"stop it with `gpu-operator cluster down --state-dir {directory}`"
         )
     binaries = _binaries()
+    node_images = list(images)
+    if real_nodes and not node_images and DEFAULT_IMAGE.is_file():
+        node_images = [DEFAULT_IMAGE.resolve()]
     if detach:
-        _up_detached(state_dir=directory, binaries=binaries, timeout=timeout)
+        _up_detached(
+            state_dir=directory, binaries=binaries, timeout=timeout, real_nodes=real_nodes, node_images=node_images
+        )
         return
 
-    spinner = console.status("Starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler…")
+    what = "etcd, kube-apiserver, kube-controller-manager, kube-scheduler"
+    spinner = console.status(f"Starting {what}" + (f" and {real_nodes} real nodes…" if real_nodes else "…"))
 
     def announce(cluster: LocalCluster) -> None:
         spinner.stop()
@@ -113,7 +138,15 @@ def up_command(state_dir: Path | None, detach: bool, timeout: float) -> None:
 
     spinner.start()
     try:
-        status = serve(state_dir=directory, binaries=binaries, detached=False, start_timeout=timeout, on_ready=announce)
+        status = serve(
+            state_dir=directory,
+            binaries=binaries,
+            detached=False,
+            start_timeout=timeout,
+            on_ready=announce,
+            real_nodes=real_nodes,
+            node_images=node_images,
+        )
     except ProcessStartError as error:
         raise click.ClickException(str(error)) from error
     finally:
@@ -124,9 +157,17 @@ def up_command(state_dir: Path | None, detach: bool, timeout: float) -> None:
     console.print("Cluster stopped.")
 
 
-def _up_detached(*, state_dir: Path, binaries: KubeBinaries, timeout: float) -> None:
+def _up_detached(
+    *, state_dir: Path, binaries: KubeBinaries, timeout: float, real_nodes: int, node_images: list[Path]
+) -> None:
     with console.status("Starting the cluster in the background…"):
-        pid = spawn_detached(state_dir=state_dir, binaries=binaries, start_timeout=timeout)
+        pid = spawn_detached(
+            state_dir=state_dir,
+            binaries=binaries,
+            start_timeout=timeout,
+            real_nodes=real_nodes,
+            node_images=node_images,
+        )
         state = wait_until_settled(state_dir=state_dir, pid=pid, timeout=timeout + 30)
     if state is None or state.phase != PHASE_READY:
         detail = state.error if state is not None and state.error else f"see {state_dir / SUPERVISOR_LOG}"

@@ -21,6 +21,7 @@ import functools
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from subprocess import CompletedProcess
 from types import TracebackType
@@ -30,8 +31,17 @@ from lightkube import Client, KubeConfig
 
 from gpu_operator.localcluster import components as comp
 from gpu_operator.localcluster.binaries import CONTROL_PLANE, KubeBinaries, locate_binaries
-from gpu_operator.localcluster.health import admin_http_client, endpoint_ok, etcd_healthy, object_exists
-from gpu_operator.localcluster.layout import Layout, Ports, server_url, write_credentials
+from gpu_operator.localcluster.health import (
+    admin_http_client,
+    endpoint_ok,
+    etcd_healthy,
+    node_is_ready,
+    object_exists,
+)
+from gpu_operator.localcluster.layout import SERVICE_IP, Layout, Ports, server_url, write_credentials
+from gpu_operator.localcluster.nodes.binaries import NodeBinaries, locate_node_binaries
+from gpu_operator.localcluster.nodes.fleet import RealNodes
+from gpu_operator.localcluster.pki import CertificateAuthority
 from gpu_operator.localcluster.process import ManagedProcess, ProcessStartError, SigtermAsExit, poll_until, stop_all
 from gpu_operator.localcluster.tools import component_env, run_tool
 
@@ -55,6 +65,9 @@ class LocalCluster:
         keep_data_dir: bool = False,
         extra_args: dict[str, list[str]] | None = None,
         handle_sigterm: bool = True,
+        real_nodes: int = 0,
+        node_images: Sequence[Path] = (),
+        node_binaries: NodeBinaries | None = None,
     ) -> None:
         self.name = name
         self.start_timeout = start_timeout
@@ -63,6 +76,11 @@ class LocalCluster:
         self.extra_args = extra_args
         self.handle_sigterm = handle_sigterm
         self._binaries = binaries
+        self.real_node_count = real_nodes
+        self.node_images = list(node_images)
+        self._node_binaries = node_binaries
+        #: The real kubelet nodes (``real_nodes`` > 0), once started.
+        self.real_nodes: RealNodes | None = None
         self._requested_data_dir = data_dir
         self._layout: Layout | None = None
         self._ports: Ports | None = None
@@ -128,9 +146,17 @@ class LocalCluster:
     def log_paths(self) -> dict[str, Path]:
         return {name: process.log_path for name, process in self._processes.items()}
 
+    def all_processes(self) -> list[ManagedProcess]:
+        """The control plane's processes and those of every real node."""
+        found = list(self._processes.values())
+        if self.real_nodes is not None:
+            for node in self.real_nodes.nodes:
+                found += node.processes.values()
+        return found
+
     def is_running(self) -> bool:
-        """Every component process is alive."""
-        return bool(self._processes) and all(p.is_running() for p in self._processes.values())
+        """Every component process (real nodes' included) is alive."""
+        return bool(self._processes) and all(p.is_running() for p in self.all_processes())
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -236,6 +262,10 @@ class LocalCluster:
                 )
                 self.timings[name] = time.monotonic() - begin
 
+            if self.real_node_count:
+                self._start_real_nodes(http=http, remaining=remaining())
+                self.timings["real-nodes"] = time.monotonic() - begin
+
             if self.wait_for_default_service_account:
                 poll_until(
                     lambda: object_exists(client=http, path="/api/v1/namespaces/default/serviceaccounts/default"),
@@ -245,6 +275,25 @@ class LocalCluster:
                     blame=self._processes[comp.CONTROLLER_MANAGER],
                 )
                 self.timings["default-service-account"] = time.monotonic() - begin
+
+    def _start_real_nodes(self, *, http: httpx.Client, remaining: float) -> None:
+        binaries = self._node_binaries or locate_node_binaries()
+        ca = CertificateAuthority(cert_pem=self.layout.ca_cert.read_bytes(), key_pem=self.layout.ca_key.read_bytes())
+        self.real_nodes = RealNodes(
+            count=self.real_node_count,
+            binaries=binaries,
+            data_dir=self.layout.root,
+            remove_data_dir=self._owns_data_dir and not self.keep_data_dir,
+            images=self.node_images,
+        )
+        self.real_nodes.start(
+            ca=ca,
+            server=self.server,
+            service_ip=SERVICE_IP,
+            apiserver_port=self.ports.apiserver,
+            node_ready=functools.partial(node_is_ready, client=http),
+            timeout=max(remaining, 60.0),
+        )
 
     def _launch(self, spec: comp.ComponentSpec) -> ManagedProcess:
         process = ManagedProcess(name=spec.name, argv=spec.argv, log_path=spec.log_path, env=component_env())
@@ -274,6 +323,9 @@ class LocalCluster:
         """Stop every started process (scheduler and controller-manager, then the API server, then etcd)
         and remove a temporary data directory. Safe to call more than once."""
         atexit.unregister(self.stop)
+        if self.real_nodes is not None:
+            self.real_nodes.stop()
+            self.real_nodes = None
         processes = self._processes
         self._processes = {}
         controllers = [processes[n] for n in (comp.SCHEDULER, comp.CONTROLLER_MANAGER) if n in processes]

@@ -96,6 +96,10 @@ def apiserver_args(*, binary: Path, layout: Layout, ports: Ports) -> list[str]:
         f"--proxy-client-cert-file={layout.front_proxy_client_cert}",
         f"--proxy-client-key-file={layout.front_proxy_client_key}",
         "--endpoint-reconciler-type=none",
+        # Real nodes: logs, exec and port-forward reach their kubelets at the node's InternalIP.
+        f"--kubelet-client-certificate={layout.kubelet_client_cert}",
+        f"--kubelet-client-key={layout.kubelet_client_key}",
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--profiling=false",
     ]
 

@@ -66,3 +66,15 @@ def object_exists(*, client: httpx.Client, path: str) -> bool:
 def read_token(path: Path) -> str:
     """The bearer token stored in ``path``."""
     return path.read_text(encoding="utf-8").strip()
+
+
+def node_is_ready(name: str, *, client: httpx.Client) -> bool:
+    """Node ``name`` exists and its ``Ready`` condition is ``True``."""
+    try:
+        response = client.get(f"/api/v1/nodes/{name}", timeout=PROBE_TIMEOUT)
+    except httpx.HTTPError:
+        return False
+    if response.status_code != 200:
+        return False
+    conditions = response.json().get("status", {}).get("conditions", [])
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

@@ -5,6 +5,7 @@ kubeconfigs of the admin, the controller-manager and the scheduler).
 Layout of ``DATA_DIR``::
 
     pki/ca.crt ca.key serving.crt serving.key admin.crt admin.key sa.key sa.pub
+        kubelet-client.crt kubelet-client.key (the API server towards real kubelets)
         front-proxy-ca.crt front-proxy-client.crt front-proxy-client.key
     auth/tokens.csv admin.token
     kubeconfig/admin.yaml controller-manager.yaml scheduler.yaml
@@ -31,6 +32,7 @@ ADMIN_GROUP = "system:masters"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 SCHEDULER_USER = "system:kube-scheduler"
 FRONT_PROXY_USER = "front-proxy-client"
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
 #: Names the serving certificate is valid for (the in-cluster names too, for completeness).
 SERVING_DNS_NAMES = (
     "localhost",
@@ -98,6 +100,15 @@ class Layout:
     @property
     def admin_key(self) -> Path:
         return self.pki / "admin.key"
+
+    @property
+    def kubelet_client_cert(self) -> Path:
+        """The API server's client certificate towards kubelets (logs, exec, port-forward)."""
+        return self.pki / "kubelet-client.crt"
+
+    @property
+    def kubelet_client_key(self) -> Path:
+        return self.pki / "kubelet-client.key"
 
     @property
     def front_proxy_ca_cert(self) -> Path:
@@ -188,6 +199,10 @@ def write_credentials(*, layout: Layout, server: str, cluster_name: str) -> str:
     # Static token file format: token,user,uid,"group1,group2".
     _write(layout.token_file, f'{token},{ADMIN_USER}-token,admin-token-uid,"{ADMIN_GROUP}"\n'.encode(), private=True)
     _write(layout.admin_token_file, f"{token}\n".encode(), private=True)
+
+    kubelet_client = ca.issue_client(common_name=KUBELET_CLIENT_USER, organizations=[ADMIN_GROUP])
+    _write(layout.kubelet_client_cert, kubelet_client.cert_pem)
+    _write(layout.kubelet_client_key, kubelet_client.key_pem, private=True)
 
     admin = ca.issue_client(common_name=ADMIN_USER, organizations=[ADMIN_GROUP])
     _write(layout.admin_cert, admin.cert_pem)

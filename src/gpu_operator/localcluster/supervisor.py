@@ -52,6 +52,10 @@ def _record(*, state_dir: Path, cluster: LocalCluster, state: ClusterState) -> N
     state.components = {
         name: ComponentState(pid=process.pid, log=str(process.log_path)) for name, process in cluster.processes.items()
     }
+    if cluster.real_nodes is not None:
+        for node in cluster.real_nodes.nodes:
+            for process in node.processes.values():
+                state.components[process.name] = ComponentState(pid=process.pid, log=str(process.log_path))
     write_state(state_dir=state_dir, state=state)
 
 
@@ -63,6 +67,8 @@ def serve(
     start_timeout: float = DEFAULT_START_TIMEOUT,
     on_ready: Callable[[LocalCluster], None] | None = None,
     poll_interval: float = 1.0,
+    real_nodes: int = 0,
+    node_images: Sequence[Path] = (),
 ) -> int:
     """Run a cluster until a signal (exit status 0) or a component failure (exit status 1)."""
     for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -76,7 +82,12 @@ def serve(
     )
     write_state(state_dir=state_dir, state=state)
     cluster = LocalCluster(
-        binaries=binaries, data_dir=state_dir / "data", start_timeout=start_timeout, handle_sigterm=False
+        binaries=binaries,
+        data_dir=state_dir / "data",
+        start_timeout=start_timeout,
+        handle_sigterm=False,
+        real_nodes=real_nodes,
+        node_images=node_images,
     )
     clean = False
     try:
@@ -92,7 +103,7 @@ def serve(
             on_ready(cluster)
         while cluster.is_running():
             time.sleep(poll_interval)
-        dead = next(p for p in cluster.processes.values() if not p.is_running())
+        dead = next(p for p in cluster.all_processes() if not p.is_running())
         state.phase, state.error = PHASE_FAILED, str(dead.exit_error())
         write_state(state_dir=state_dir, state=state)
         return 1
@@ -105,7 +116,14 @@ def serve(
             remove_state(state_dir=state_dir)
 
 
-def spawn_detached(*, state_dir: Path, binaries: KubeBinaries, start_timeout: float) -> int:
+def spawn_detached(
+    *,
+    state_dir: Path,
+    binaries: KubeBinaries,
+    start_timeout: float,
+    real_nodes: int = 0,
+    node_images: Sequence[Path] = (),
+) -> int:
     """Start the supervisor in a new session, its output in ``STATE_DIR/supervisor.log``; return its pid.
 
     ``posix_spawn`` rather than ``subprocess``: the caller keeps only a pid, so nothing warns about a child
@@ -119,6 +137,8 @@ def spawn_detached(*, state_dir: Path, binaries: KubeBinaries, start_timeout: fl
         f"--state-dir={state_dir}",
         f"--bin-dir={binaries.bin_dir}",
         f"--timeout={start_timeout}",
+        f"--real-nodes={real_nodes}",
+        *(f"--image={image}" for image in node_images),
     ]
     log = str(state_dir / SUPERVISOR_LOG)
     file_actions = [
@@ -149,12 +169,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--bin-dir", type=Path, default=None)
     parser.add_argument("--timeout", type=float, default=DEFAULT_START_TIMEOUT)
+    parser.add_argument("--real-nodes", type=int, default=0)
+    parser.add_argument("--image", type=Path, action="append", default=[])
     args = parser.parse_args(argv)
     environ = dict(os.environ)
     if args.bin_dir is not None:
         environ["GPU_OPERATOR_KUBE_BIN_DIR"] = str(args.bin_dir)
     binaries = locate_binaries(required=CONTROL_PLANE, environ=environ)
-    return serve(state_dir=args.state_dir, binaries=binaries, detached=True, start_timeout=args.timeout)
+    return serve(
+        state_dir=args.state_dir,
+        binaries=binaries,
+        detached=True,
+        start_timeout=args.timeout,
+        real_nodes=args.real_nodes,
+        node_images=args.image,
+    )
 
 
 if __name__ == "__main__":

@@ -106,9 +106,11 @@ def host_root_mounts(ctx: RenderContext, volumes: Volumes, *, writable: bool) ->
 
 
 def security(*, privileged: bool) -> JSON:
+    # The product image's default user is non-root (the operator runs as it); node agents work on host
+    # paths and devices owned by root, so their containers say so instead of relying on the image.
     if privileged:
-        return {"privileged": True}
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        return {"privileged": True, "runAsUser": 0}
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsUser": 0}
 
 
 def ready_probe() -> JSON:

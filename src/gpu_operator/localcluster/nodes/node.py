@@ -1,0 +1,188 @@
+"""One real node: a mount namespace holder, containerd and the kubelet, each a supervised process.
+
+Start order: the host side (mount points, bridge, cgroups), the configuration files, the namespace holder
+(which bind-mounts the node's private paths, see ``spec``), containerd inside that namespace, the images
+imported into it, then the kubelet inside the same namespace. Every process joins the node's runtime
+cgroup before it executes anything, so stopping a node (or cleaning up after a killed run) is: stop the
+kubelet, then kill what is left in the node's cgroups; its mount namespace, and with it every container
+mount and network namespace, goes with its last process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpu_operator.localcluster import pki
+from gpu_operator.localcluster.kubeconfig import KubeconfigUser, render_kubeconfig
+from gpu_operator.localcluster.nodes import cgroups
+from gpu_operator.localcluster.nodes import spec as nodespec
+from gpu_operator.localcluster.nodes.binaries import NodeBinaries
+from gpu_operator.localcluster.nodes.host import HostChanges
+from gpu_operator.localcluster.process import ManagedProcess, ProcessStartError, poll_until
+
+NODE_GROUP = "system:nodes"
+
+
+def in_cgroup(*, cgroup: str, argv: Sequence[str]) -> list[str]:
+    """``argv`` run by a shell that first moves itself into ``cgroup`` in every hierarchy."""
+    targets = " ".join(str(h / cgroup.strip("/") / "cgroup.procs") for h in cgroups.hierarchies())
+    script = f'for f in {targets}; do echo $$ > "$f"; done; exec "$@"'
+    return ["/bin/sh", "-c", script, "sh", *argv]
+
+
+def node_env(*, binaries: NodeBinaries) -> dict[str, str]:
+    """A minimal environment: containerd finds its shim on PATH; nothing of the caller leaks in."""
+    return {
+        "PATH": f"{binaries.bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/root",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+
+
+class RealNode:
+    """A kubelet and a containerd on this host, registered as Node ``spec.name``."""
+
+    def __init__(self, *, spec: nodespec.NodeSpec, binaries: NodeBinaries) -> None:
+        self.spec = spec
+        self.binaries = binaries
+        self.processes: dict[str, ManagedProcess] = {}
+        #: Seconds from ``start()`` to each milestone.
+        self.timings: dict[str, float] = {}
+
+    # -- start -------------------------------------------------------------------------------------
+
+    def prepare(self, *, host: HostChanges, ca: pki.CertificateAuthority, server: str, sandbox_image: str) -> None:
+        """The host side and every file of the node (no process yet)."""
+        spec = self.spec
+        for host_path in nodespec.PRIVATE_PATHS:
+            host.make_dir(Path(host_path))
+            spec.private(host_path).mkdir(parents=True, exist_ok=True)
+        spec.kubelet_dir.mkdir(parents=True, exist_ok=True)
+        host.add_bridge(name=spec.bridge, address=spec.address, prefix=24)
+        cgroups.create(spec.pods_cgroup)
+        cgroups.create(spec.runtime_cgroup)
+        (spec.private("/etc/containerd") / "config.toml").write_text(
+            nodespec.containerd_config(sandbox_image=sandbox_image)
+        )
+        (spec.private("/etc/cni/net.d") / f"10-{nodespec.CNI_NETWORK}.conflist").write_text(
+            nodespec.cni_conflist(spec=spec)
+        )
+        kdir = spec.kubelet_dir
+        (kdir / "ca.crt").write_bytes(ca.cert_pem)
+        serving = ca.issue_serving(common_name=spec.name, dns_names=[spec.name], ip_addresses=[spec.address])
+        _write_private(kdir / "serving.crt", serving.cert_pem)
+        _write_private(kdir / "serving.key", serving.key_pem)
+        # The Node authorizer and NodeRestriction know a kubelet by this name and group.
+        client = ca.issue_client(common_name=f"system:node:{spec.name}", organizations=[NODE_GROUP])
+        user = KubeconfigUser(
+            name=f"system:node:{spec.name}", client_cert_pem=client.cert_pem, client_key_pem=client.key_pem
+        )
+        text = render_kubeconfig(cluster_name="local", server=server, ca_pem=ca.cert_pem, user=user)
+        _write_private(kdir / "kubeconfig.yaml", text.encode())
+        (kdir / "config.yaml").write_text(
+            nodespec.kubelet_config(
+                spec=spec,
+                ca_file=kdir / "ca.crt",
+                cert_file=kdir / "serving.crt",
+                key_file=kdir / "serving.key",
+                cgroup_v1=not cgroups.is_v2(),
+            )
+        )
+
+    def start(self, *, images: Sequence[Path], timeout: float = 60.0) -> None:
+        """Start the namespace holder, containerd (and import ``images``), then the kubelet."""
+        begin = time.monotonic()
+        spec = self.spec
+        script = nodespec.namespace_script(spec=spec)
+        holder = self._launch("namespace", ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script])
+        poll_until(spec.ready_file.exists, timeout=timeout, describe=f"{spec.name}'s mount namespace", watch=[holder])
+        enter = ["nsenter", "--mount", f"--target={holder.pid}", "--"]
+        containerd = self._launch(
+            "containerd", [*enter, str(self.binaries.path("containerd")), "--config", "/etc/containerd/config.toml"]
+        )
+        poll_until(
+            self._containerd_ready,
+            timeout=timeout,
+            describe=f"{spec.name}'s containerd",
+            watch=[holder, containerd],
+            blame=containerd,
+            interval=0.05,
+        )
+        self.timings["containerd"] = time.monotonic() - begin
+        for archive in images:
+            self.import_image(archive)
+        self.timings["images"] = time.monotonic() - begin
+        kdir = spec.kubelet_dir
+        argv = nodespec.kubelet_args(
+            spec=spec,
+            binary=self.binaries.path("kubelet"),
+            kubeconfig=kdir / "kubeconfig.yaml",
+            config=kdir / "config.yaml",
+        )
+        self._launch("kubelet", [*enter, *argv])
+        self.timings["kubelet-started"] = time.monotonic() - begin
+
+    def _launch(self, role: str, argv: Sequence[str]) -> ManagedProcess:
+        process = ManagedProcess(
+            name=f"{self.spec.name}/{role}",
+            argv=in_cgroup(cgroup=self.spec.runtime_cgroup, argv=argv),
+            log_path=self.spec.root / "logs" / f"{role}.log",
+            env=node_env(binaries=self.binaries),
+        )
+        self.processes[role] = process
+        process.start()
+        return process
+
+    # -- containerd --------------------------------------------------------------------------------
+
+    def ctr(self, *args: str, check: bool = True, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run ``ctr`` against this node's containerd in the ``k8s.io`` namespace (the kubelet's)."""
+        argv = [str(self.binaries.path("ctr")), "--address", str(self.spec.containerd_socket), "-n", "k8s.io", *args]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise ProcessStartError(f"{' '.join(argv)} exited with {result.returncode}: {result.stderr.strip()}")
+        return result
+
+    def _containerd_ready(self) -> bool:
+        if not self.spec.containerd_socket.exists():
+            return False
+        return self.ctr("version", check=False, timeout=10).returncode == 0
+
+    def import_image(self, archive: Path) -> None:
+        """Import an OCI or Docker archive (unpacked for the node's snapshotter)."""
+        self.ctr("images", "import", str(archive))
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def is_running(self) -> bool:
+        return bool(self.processes) and all(p.is_running() for p in self.processes.values())
+
+    def pids(self) -> dict[str, int | None]:
+        return {role: process.pid for role, process in self.processes.items()}
+
+    def restart_kubelet(self) -> None:
+        """Stop the kubelet and start it again (its pods keep running under containerd)."""
+        kubelet = self.processes.pop("kubelet")
+        kubelet.stop()
+        self._launch("kubelet", kubelet.argv[4:])
+
+    def stop(self) -> None:
+        """Stop the kubelet, then kill everything left in the node's cgroups."""
+        kubelet = self.processes.get("kubelet")
+        if kubelet is not None:
+            kubelet.stop(timeout=5.0)
+        for path in (self.spec.pods_cgroup, self.spec.runtime_cgroup):
+            with contextlib.suppress(FileNotFoundError):
+                cgroups.remove(path)
+        for process in self.processes.values():
+            process.stop(timeout=5.0)
+        self.processes = {}
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.touch(mode=0o600)
+    path.write_bytes(data)

@@ -1,0 +1,143 @@
+"""Real nodes' configuration files and host bookkeeping, without starting anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_operator.localcluster.nodes import cgroups
+from gpu_operator.localcluster.nodes import spec as nodespec
+from gpu_operator.localcluster.nodes.host import Ledger, cleanup, process_start
+from gpu_operator.localcluster.nodes.node import in_cgroup
+
+pytestmark = pytest.mark.unit
+
+
+def _spec(tmp_path: Path, index: int = 2) -> nodespec.NodeSpec:
+    return nodespec.NodeSpec(
+        name=f"real-node-{index}", index=index, root=tmp_path, kubelet_port=41000, healthz_port=41001,
+        run_cgroup="/gpuop-1-abc",
+    )  # fmt: skip
+
+
+def test_each_node_has_its_own_address_subnet_bridge_and_cgroups(tmp_path: Path) -> None:
+    one, two = _spec(tmp_path, 1), _spec(tmp_path, 2)
+    assert (one.address, one.pod_subnet, one.bridge) == ("10.244.1.1", "10.244.1.0/24", "gpuop-br1")
+    assert two.address != one.address
+    assert len(two.bridge) <= 15
+    assert two.pods_cgroup == "/gpuop-1-abc/real-node-2"
+    assert two.runtime_cgroup == "/gpuop-1-abc/real-node-2-runtime"
+    assert two.device_plugin_dir == tmp_path / "private" / "var-lib-kubelet" / "device-plugins"
+    with pytest.raises(ValueError, match="outside"):
+        _spec(tmp_path, 0)
+
+
+def test_containerd_config_is_valid_toml_with_the_settings_that_matter() -> None:
+    config = tomllib.loads(nodespec.containerd_config(sandbox_image="localhost/pause:x"))
+    assert config["version"] == 4
+    runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["restrict_oom_score_adj"] is True
+    assert runtime["netns_mounts_under_state_dir"] is True
+    assert runtime["containerd"]["runtimes"]["runc"]["options"] == {
+        "BinaryName": "/usr/sbin/runc",
+        "SystemdCgroup": False,
+    }
+    assert runtime["cni"]["conf_dir"] == "/etc/cni/net.d"
+    assert config["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == "localhost/pause:x"
+    assert "io.containerd.nri.v1.nri" in config["disabled_plugins"]
+
+
+def test_kubelet_config_listens_on_the_node_address_and_uses_its_cgroup(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    text = nodespec.kubelet_config(
+        spec=spec, ca_file=Path("/ca"), cert_file=Path("/c"), key_file=Path("/k"), cgroup_v1=True
+    )
+    config = yaml.safe_load(text)
+    assert (config["address"], config["port"]) == ("10.244.2.1", 41000)
+    assert config["cgroupRoot"] == spec.pods_cgroup
+    assert config["failCgroupV1"] is False
+    assert config["authentication"]["anonymous"]["enabled"] is False
+    assert "failCgroupV1" not in yaml.safe_load(
+        nodespec.kubelet_config(
+            spec=spec, ca_file=Path("/ca"), cert_file=Path("/c"), key_file=Path("/k"), cgroup_v1=False
+        )
+    )
+
+
+def test_cni_network_is_the_node_bridge_without_masquerade(tmp_path: Path) -> None:
+    network = json.loads(nodespec.cni_conflist(spec=_spec(tmp_path)))
+    (bridge,) = network["plugins"]
+    assert bridge["bridge"] == "gpuop-br2"
+    assert bridge["ipMasq"] is False
+    assert bridge["ipam"]["ranges"] == [[{"subnet": "10.244.2.0/24", "gateway": "10.244.2.1"}]]
+
+
+def test_namespace_script_binds_every_private_path(tmp_path: Path) -> None:
+    script = nodespec.namespace_script(spec=_spec(tmp_path))
+    for host_path in nodespec.PRIVATE_PATHS:
+        assert f"mount --bind {tmp_path}/private/{nodespec.private_dir_name(host_path)} {host_path}\n" in script
+    assert script.endswith("exec sleep infinity")
+
+
+def _fake_v1_root(tmp_path: Path) -> Path:
+    root = tmp_path / "cgroup"
+    for name in ("cpuset", "memory"):
+        (root / name).mkdir(parents=True)
+        (root / name / "cgroup.procs").write_text("")
+    (root / "cpuset" / "cpuset.cpus").write_text("0-1\n")
+    (root / "cpuset" / "cpuset.mems").write_text("0\n")
+    return root
+
+
+def test_cgroups_are_created_in_every_hierarchy_with_cpusets_copied(tmp_path: Path) -> None:
+    root = _fake_v1_root(tmp_path)
+    # A real cgroupfs creates these files itself; the fake needs them before the copy.
+    for name in ("cpuset.cpus", "cpuset.mems"):
+        (root / "cpuset" / "run").mkdir(exist_ok=True)
+        (root / "cpuset" / "run" / name).write_text("")
+    cgroups.create("/run", root=root)
+    assert cgroups.hierarchies(root=root) == [root / "cpuset", root / "memory"]
+    assert (root / "memory" / "run").is_dir()
+    assert (root / "cpuset" / "run" / "cpuset.cpus").read_text() == "0-1\n"
+    assert cgroups.exists("/run", root=root)
+    assert not cgroups.is_v2(root=root)
+
+
+def test_cgroup_pids_are_found_below_the_path(tmp_path: Path) -> None:
+    root = _fake_v1_root(tmp_path)
+    (root / "memory" / "run" / "node").mkdir(parents=True)
+    (root / "memory" / "run" / "node" / "cgroup.procs").write_text("11\n12\n")
+    (root / "memory" / "run" / "cgroup.procs").write_text("10\n")
+    assert cgroups.pids("/run", root=root) == {10, 11, 12}
+    assert cgroups.pids("/other", root=root) == set()
+
+
+def test_in_cgroup_joins_before_exec() -> None:
+    argv = in_cgroup(cgroup="/gpuop-1/n-runtime", argv=["containerd", "--config", "x"])
+    assert argv[:2] == ["/bin/sh", "-c"]
+    assert 'exec "$@"' in argv[2]
+    assert argv[3:] == ["sh", "containerd", "--config", "x"]
+
+
+def test_ledger_round_trips_and_cleanup_removes_created_dirs_and_data(tmp_path: Path) -> None:
+    created = tmp_path / "made" / "deeper"
+    created.mkdir(parents=True)
+    data = tmp_path / "data"
+    (data / "x").mkdir(parents=True)
+    ledger = Ledger(
+        owner_pid=os.getpid(), owner_start=process_start(os.getpid()), run_cgroup="/gpuop-test-none",
+        data_dir=str(data), remove_data_dir=True, created_dirs=[str(tmp_path / "made"), str(created)],
+    )  # fmt: skip
+    path = tmp_path / "ledger.json"
+    ledger.save(path)
+    assert Ledger.load(path) == ledger
+    assert Ledger.load(tmp_path / "absent.json") is None
+    done = cleanup(ledger)
+    assert not (tmp_path / "made").exists()
+    assert not data.exists()
+    assert f"directory {created}" in done
