@@ -95,6 +95,8 @@ def test_a_start_after_sigkill_removes_what_the_dead_run_left(
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
 
     # What the dead run left: its ledger, and processes (shims, containers) in its cgroups.
     dead = Ledger.load()
@@ -115,7 +117,10 @@ def test_a_start_after_sigkill_removes_what_the_dead_run_left(
         assert not [p for p in leftovers if _alive(p)]
         assert not Path(started["data_dir"]).exists()
         client = cluster.client()
-        run_sleeper(client, name="after-recovery")
+        try:
+            run_sleeper(client, name="after-recovery")
+        finally:
+            client.close()
         assert LEDGER.exists()
     assert_host_restored(host_snapshot)
     assert not any(_alive(p) for p in leftovers)

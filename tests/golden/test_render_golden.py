@@ -29,7 +29,7 @@ pytestmark = pytest.mark.golden
 
 DATA = REPO / "tests" / "golden" / "data" / "render"
 INPUTS = DATA / "inputs"
-AGENT_IMAGE = "ghcr.io/example/gpu-operator:v0.1.0"
+AGENT_IMAGE = "ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ def test_operator_deployment_meets_restricted_pod_security(helm: Any) -> None:
     assert security["readOnlyRootFilesystem"] is True
     assert not any("hostPath" in v for v in spec.get("volumes", []))
     env = {e["name"]: e for e in container["env"]}
-    assert env["AGENT_IMAGE"]["value"] == container["image"] == "ghcr.io/example/gpu-operator:v0.1.0"
+    assert env["AGENT_IMAGE"]["value"] == container["image"] == "ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"
     assert env["OPERATOR_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert container["resources"]["limits"] == {"cpu": "500m", "memory": "350Mi"}
 
@@ -178,7 +178,7 @@ def test_upstream_style_values_carry_over(helm: Any, tmp_path: Path) -> None:
     assert spec["devicePlugin"]["config"] == {"name": "time-slicing-config", "default": "any"}
     assert spec["toolkit"]["env"][0]["name"] == "CONTAINERD_SOCKET"
     facts = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
-    states = render(result.model, facts, operator=OperatorSettings(agent_image="ghcr.io/example/gpu-operator:v0.1.0"))
+    states = render(result.model, facts, operator=OperatorSettings(agent_image="ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"))
     driver = next(o for s in states for o in s.objects if o["metadata"]["name"] == "nvidia-driver-daemonset")
     assert driver["spec"]["template"]["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
 

@@ -133,3 +133,18 @@ def test_release_deletes_the_lease_only_when_held() -> None:
         return leases.calls
 
     assert asyncio.run(scenario()) == ["get", "get", "apply", "delete"]
+
+
+def test_the_lease_is_owned_by_the_operator_pod_so_it_goes_with_it() -> None:
+    # helm uninstall removes the chart's RBAC while the operator terminates, so its own delete of the
+    # Lease may be refused: the garbage collector removes the Lease once the pod is gone.
+    leases = FakeLeases()
+    election = LeaderElection(
+        kube=cast(Kube, leases), namespace=NAMESPACE, identity="me", owner_pod=("gpu-operator-abc", "uid-1")
+    )
+    assert asyncio.run(election.try_acquire())
+    assert leases.lease is not None
+    assert leases.lease["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "gpu-operator-abc", "uid": "uid-1"}
+    ]
+    assert "ownerReferences" not in _election(FakeLeases())._body(dt.datetime.now(dt.UTC))["metadata"]

@@ -13,7 +13,7 @@ from gpu_operator.render.images import ImageSource, resolve_image
 
 pytestmark = pytest.mark.unit
 
-AGENT = "ghcr.io/example/gpu-operator:v0.1.0"
+AGENT = "ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"
 FACTS = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
 
 

@@ -32,6 +32,9 @@ def operator_command(
     from lightkube import AsyncClient  # noqa: PLC0415 - keep other commands light
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if log_level != "debug":
+        # httpx logs every request at INFO: thousands of lines an hour from the watches and the Lease.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def run() -> None:
         stop, healthy, ready = asyncio.Event(), asyncio.Event(), asyncio.Event()
@@ -44,7 +47,13 @@ def operator_command(
             await serve(address=health_probe_bind_address, metrics=metrics, healthy=healthy, ready=ready),
         ]
         client = AsyncClient(field_manager="gpu-operator")
-        op = Operator(client=client, namespace=namespace, settings=OperatorSettings.from_env(os.environ))
+        pod_name, pod_uid = os.environ.get("POD_NAME"), os.environ.get("POD_UID")
+        op = Operator(
+            client=client,
+            namespace=namespace,
+            settings=OperatorSettings.from_env(os.environ),
+            pod=(pod_name, pod_uid) if pod_name and pod_uid else None,
+        )
 
         async def observed(outcome: Outcome) -> None:
             metrics.observe(outcome, api_requests=op.api_requests, upgrades=op.upgrades, kube=op.kube)

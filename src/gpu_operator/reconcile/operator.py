@@ -62,6 +62,9 @@ class LeaderElection:
     namespace: str
     # Unique per instance: two operators in one process (simulated operator pods) must not share a Lease.
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+    #: The operator's own pod (name, uid): the Lease's owner, so it goes when the pod does (``helm
+    #: uninstall`` removes the RBAC that would let a terminating operator delete it itself).
+    owner_pod: tuple[str, str] | None = None
     held: bool = False
     renewed_at: float = 0.0  # monotonic time of the last successful write
     acquired: str = ""  # acquireTime, sent with every renewal (an apply that omits a field removes it)
@@ -95,12 +98,11 @@ class LeaderElection:
             "acquireTime": self.acquired,
             "renewTime": _micro(now),
         }
-        return {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": LEASE_NAME, "namespace": self.namespace},
-            "spec": spec,
-        }
+        metadata: dict[str, Any] = {"name": LEASE_NAME, "namespace": self.namespace}
+        if self.owner_pod is not None:
+            name, uid = self.owner_pod
+            metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}]
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
 
     async def release(self) -> None:
         if self.held:
@@ -138,6 +140,7 @@ class Operator:
     upgrade_pass_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
     max_driver_restarts: int = MAX_DRIVER_RESTARTS
     kube: Kube | None = None  # while running: the operator's API access and its caches
+    pod: tuple[str, str] | None = None  # (name, uid) of the operator's pod, when it runs in one
 
     async def run(self, *, stop: asyncio.Event, leader_election: bool = True) -> None:
         wakes = Wakes()
@@ -148,7 +151,7 @@ class Operator:
         )  # fmt: skip
         kube = Kube(self.client, informers=informers)
         self.kube = kube
-        election = LeaderElection(kube=kube, namespace=self.namespace)
+        election = LeaderElection(kube=kube, namespace=self.namespace, owner_pod=self.pod)
         watches = [asyncio.create_task(informer.run(stop=stop)) for informer in informers]
         leading = asyncio.Event()
         backoff, delay = 0.1, 0.0

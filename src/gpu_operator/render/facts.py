@@ -35,7 +35,8 @@ KERNEL = "feature.node.kubernetes.io/kernel-version.full"
 #: Distributions whose driver images are tagged by major version only (``rhel9``).
 MAJOR_ONLY_OS = frozenset({"rhel", "rocky", "ol"})
 
-DEFAULT_AGENT_IMAGE = f"ghcr.io/example/gpu-operator:v{__version__}"
+#: The product image (`make image`); the chart's default operator image too.
+DEFAULT_AGENT_IMAGE = f"ghcr.io/gpu-operator-py/gpu-operator:v{__version__}"
 AGENT_IMAGE_ENV = "AGENT_IMAGE"
 
 
