@@ -33,6 +33,11 @@ prometheus: ## Install Debian's prometheus and promtool if missing (exporter tes
 containerd-bin: ## Install Debian's containerd, runc and busybox-static when missing (toolkit integration test)
 	@bash hack/install-containerd.sh >/dev/null
 
+.PHONY: node-bin
+node-bin: ## Build (or reuse) kubelet, containerd, ctr, the runc shim and pause for real nodes; install runc, CNI plugins, iptables
+	@bash hack/build-node.sh >/dev/null
+	@bash hack/install-node-deps.sh >/dev/null
+
 .PHONY: generate
 generate: $(STAMP) ## Regenerate CRDs, gRPC stubs and other files generated from code
 	$(BIN)/gpu-operator crds --output-dir deploy/crds
@@ -52,9 +57,10 @@ fmt: $(STAMP) ## Format the code and apply safe lint fixes
 	$(BIN)/ruff check --fix src tests bench
 
 .PHONY: test
-test: $(STAMP) kube-bin prometheus containerd-bin lint ## Lint, type-check and run every test tier this machine can run
-	@# pytest exits 5 when it collects nothing: not a failure of the build.
-	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
+test: $(STAMP) kube-bin node-bin prometheus containerd-bin lint ## Lint, type-check and run every test tier this machine can run
+	@# pytest exits 5 when it collects nothing: not a failure of the build. The e2e tier builds (or reuses) the image.
+	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" GPU_OPERATOR_NODE_BIN_DIR="$$(bash hack/build-node.sh)" \
+	  $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
 
 .PHONY: test-unit
@@ -68,6 +74,14 @@ bench: $(STAMP) kube-bin ## Run the benchmarks and write BENCHMARKS.md
 .PHONY: demo
 demo: $(STAMP) kube-bin ## The main job: the operator on an embedded local cluster
 	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" $(BIN)/gpu-operator demo $(DEMO_ARGS)
+
+.PHONY: image
+image: $(STAMP) ## Build the image as build/image/gpu-operator.oci.tar without a container engine (hack/image/build.py)
+	$(BIN)/python hack/image/build.py
+
+.PHONY: image-lock
+image-lock: $(STAMP) ## Re-pin the image's Debian packages and Python wheels (hack/image/*.lock)
+	$(BIN)/python hack/image/build.py --refresh-lock
 
 .PHONY: clean
 clean: ## Remove the virtual environment and caches (the cached Kubernetes binaries are kept)

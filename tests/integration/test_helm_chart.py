@@ -178,7 +178,9 @@ def test_upstream_style_values_carry_over(helm: Any, tmp_path: Path) -> None:
     assert spec["devicePlugin"]["config"] == {"name": "time-slicing-config", "default": "any"}
     assert spec["toolkit"]["env"][0]["name"] == "CONTAINERD_SOCKET"
     facts = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
-    states = render(result.model, facts, operator=OperatorSettings(agent_image="ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"))
+    states = render(
+        result.model, facts, operator=OperatorSettings(agent_image="ghcr.io/gpu-operator-py/gpu-operator:v0.1.0")
+    )
     driver = next(o for s in states for o in s.objects if o["metadata"]["name"] == "nvidia-driver-daemonset")
     assert driver["spec"]["template"]["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
 
