@@ -25,6 +25,8 @@ from gpu_operator.localcluster.nodes.host import HostChanges
 from gpu_operator.localcluster.process import ManagedProcess, ProcessStartError, poll_until
 
 NODE_GROUP = "system:nodes"
+#: containerd's socket inside a node's mount namespace.
+CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 
 
 def in_cgroup(*, cgroup: str, argv: Sequence[str]) -> list[str]:
@@ -141,7 +143,11 @@ class RealNode:
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         """Run ``ctr`` against this node's containerd in the ``k8s.io`` namespace (the kubelet's)."""
-        argv = [str(self.binaries.path("ctr")), "--address", str(self.spec.containerd_socket), "-n", "k8s.io", *args]
+        # Inside the node's mount namespace the socket has its standard, short path: a host path under a
+        # deep data directory can exceed the 108 bytes a unix socket address may have.
+        holder = self.processes["namespace"].pid
+        enter = ["nsenter", "--mount", f"--target={holder}", "--"]
+        argv = [*enter, str(self.binaries.path("ctr")), "--address", CONTAINERD_SOCKET, "-n", "k8s.io", *args]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
         if check and result.returncode != 0:
             raise ProcessStartError(f"{' '.join(argv)} exited with {result.returncode}: {result.stderr.strip()}")

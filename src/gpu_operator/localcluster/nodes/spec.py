@@ -97,7 +97,10 @@ class NodeSpec:
 
     @property
     def containerd_socket(self) -> Path:
-        """containerd's socket, reachable from the host (it is ``/run/containerd/containerd.sock`` inside)."""
+        """containerd's socket as a host path (``/run/containerd/containerd.sock`` inside the namespace).
+
+        Connect from inside the namespace: under a deep data directory this path can be longer than the
+        108 bytes a unix socket address may have."""
         return self.private("/run/containerd") / "containerd.sock"
 
     @property
