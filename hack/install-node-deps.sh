@@ -20,6 +20,7 @@ done
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 command -v unshare >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 [[ ${#need[@]} -eq 0 ]] && exit 0
 
 sudo=()
