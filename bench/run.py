@@ -18,6 +18,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -334,6 +335,34 @@ def driver_upgrade_section(ctx: BenchContext) -> Section:
 
 
 SECTIONS.append(driver_upgrade_section)
+
+
+def image_section(ctx: BenchContext) -> Section:
+    """The product image: cold and warm `make image`, uncompressed and compressed size."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import image_bench  # noqa: PLC0415 - a sibling module, imported when this section runs
+
+    section: Section = image_bench.image_section(ctx)
+    return section
+
+
+def real_nodes_section(ctx: BenchContext) -> Section:
+    """Two real kubelet nodes: start to Ready, kubelet and containerd RSS, `helm install` to operator Ready."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import realnode_bench  # noqa: PLC0415 - a sibling module, imported when this section runs
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    repo = Path(__file__).resolve().parents[1]
+    # The image of this checkout (a warm build when nothing changed), as `make image` writes it.
+    subprocess.run([sys.executable, str(repo / "hack" / "image" / "build.py")], cwd=repo, check=True, timeout=1800)
+    image = repo / "build" / "image" / "gpu-operator.oci.tar"
+    results = realnode_bench.measure(binaries=ctx.binaries, image=image, log=log)
+    return Section("Real nodes: start, footprint and helm install", realnode_bench.markdown(results))
+
+
+SECTIONS.extend([image_section, real_nodes_section])
 
 
 # -- report -----------------------------------------------------------------------------------------------
