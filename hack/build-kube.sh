@@ -59,6 +59,8 @@ build() {  # build MODULE_DIR OUTPUT PACKAGE ESTIMATE [extra ldflags]
   fi
   mv "$bin/$out.tmp" "$bin/$out"
   echo "build-kube: [$i/$total] $out built in $(($(date +%s) - t0)) s" >&2
+  # The cold build's cost, kept beside the binaries for `make bench` (BENCHMARKS.md, "Cold builds").
+  printf '%s\t%s\t%s\n' "$out" "$(($(date +%s) - t0))" "$(date -u +%Y-%m-%dT%H:%MZ)" >>"$(dirname "$bin")/build-times.tsv"
 }
 # Version stamps so `kubectl version` and the apiserver report the real release, not v0.0.0.
 kv="-X k8s.io/component-base/version.gitVersion=${kube_version} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$kube_version" | cut -d. -f2)"
