@@ -15,6 +15,7 @@ import pytest
 from lightkube import codecs
 from lightkube.generic_resource import create_namespaced_resource
 
+from gpu_operator.cli.agent import PROGRAMS
 from gpu_operator.render.catalog import STATES
 from gpu_operator.render.meta import HASH_ANNOTATION, MANAGED_BY, PART_OF, STATE_LABEL
 from tests.golden.test_render_golden import SCENARIOS, Scenario, rendered_objects
@@ -76,6 +77,8 @@ def test_daemonset_pod_is_consistent(entry: tuple[Scenario, int, dict[str, Any]]
     assert len(volumes) == len(set(volumes))
     for c in containers:
         assert c["command"][:2] == ["gpu-operator", "agent"]
+        # The agent must exist in the image: `gpu-operator agent NAME` with an unknown NAME never starts.
+        assert c["command"][2] in PROGRAMS, f"{c['name']} runs agent {c['command'][2]!r}, which does not exist"
         env = [e["name"] for e in c.get("env", [])]
         assert len(env) == len(set(env)), f"{c['name']}: duplicate env {env}"
         assert {"NODE_NAME", "HOST_ROOT"} <= set(env)

@@ -120,7 +120,11 @@ def render_text(
             if not state.enabled:
                 text += f"# {state.name}: disabled\n"
                 continue
-            text += dump_manifests(state.objects, comment=state.name)
+            if state.objects:
+                text += dump_manifests(state.objects, comment=state.name)
+            for refusal in state.refused:
+                text += f"# {state.name}: refused: {refusal}\n"
+                warn(f"refused: {state.name}: {refusal}")
             for note in state.notes:
                 warn(f"note: {state.name}: {note}")
     if drivers and nvidiadriver_active(policy):

@@ -40,7 +40,7 @@ from gpu_operator.render import (
     render,
 )
 from gpu_operator.render.meta import with_owner
-from gpu_operator.render.status import Status, ignored_status, policy_status, state_result
+from gpu_operator.render.status import REFUSED_CONDITION, Status, ignored_status, policy_status, state_result
 
 log = logging.getLogger(__name__)
 STATE_LABEL = "nvidia.com/gpu-operator.state"
@@ -242,6 +242,7 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
         return Outcome(policy=name, status=status)
     await _write_status(kube, policy=active, status=status, namespace=namespace)
     await _transition_event(kube, policy=active, status=status)
+    await _refusal_event(kube, policy=active, status=status, previous=previous)
     return Outcome(policy=name, status=status, applied=applied, pruned=pruned, labelled=labelled)
 
 
@@ -252,6 +253,18 @@ async def _write_status(kube: Kube, *, policy: JSON, status: Status, namespace: 
     current = policy.get("status") or {}
     if {key: current.get(key) for key in new} != new:
         await kube.patch_status(*CP, policy["metadata"]["name"], new)
+
+
+async def _refusal_event(kube: Kube, *, policy: JSON, status: Status, previous: Sequence[JSON]) -> None:
+    """A Warning Event when the set of refused states (agents the image lacks) appears or changes."""
+    now = next((c for c in status.conditions if c.get("type") == REFUSED_CONDITION), None)
+    before = next((c for c in previous if c.get("type") == REFUSED_CONDITION), None)
+    if now is None or (before is not None and before.get("message") == now.get("message")):
+        return
+    message = f"states enabled but not deployed: {now['message']}"
+    await kube.event(
+        involved=policy, reason=REFUSED_CONDITION, message=message, warning=True, namespace=EVENT_NAMESPACE
+    )
 
 
 async def _transition_event(kube: Kube, *, policy: JSON, status: Status) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpu_operator.api.clusterpolicy import ClusterPolicySpec
 from gpu_operator.api.defaults import is_enabled
+from gpu_operator.render.agents import AGENTS
 from gpu_operator.render.facts import ClusterFacts, OperatorSettings
 from gpu_operator.render.images import ImageSource, ResolvedImage, resolve_image
 
@@ -57,6 +58,8 @@ class RenderContext:
     settings: OperatorSettings
     missing: list[MissingReference] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Parts of the state left out because their agent is not in the image (reported, never deployed).
+    refusals: list[str] = field(default_factory=list)
 
     @property
     def namespace(self) -> str:
@@ -65,6 +68,13 @@ class RenderContext:
     def fresh(self) -> RenderContext:
         """A context for the next state: same inputs, empty problem lists."""
         return RenderContext(spec=self.spec, facts=self.facts, settings=self.settings)
+
+    def agent_available(self, agent: str, *, part: str) -> bool:
+        """True when the image has ``agent``; otherwise ``part`` is recorded as refused."""
+        if agent in AGENTS:
+            return True
+        self.refusals.append(f"{part} not deployed: this operator's image has no agent {agent}")
+        return False
 
     # Images -------------------------------------------------------------------------------------
 

@@ -208,8 +208,8 @@ def driver_daemonset(
     if cfg.liveness_probe is not None:
         main["livenessProbe"] = _probe(cfg.liveness_probe, command=["test", "-f", READY_FILE])
     containers = [main]
-    if cfg.rdma:
-        peer_name, peer_agent = PEERMEM_SIDECAR
+    peer_name, peer_agent = PEERMEM_SIDECAR
+    if cfg.rdma and ctx.agent_available(peer_agent, part=f"{cfg.field}.rdma ({peer_name})"):
         containers.append(
             container(
                 name=peer_name,
@@ -222,7 +222,8 @@ def driver_daemonset(
             )
         )
     for key in ("gds", "gdrcopy"):
-        if getattr(cfg, key) is not None:
+        sidecar, agent, _ = DRIVER_SIDECARS[key]
+        if getattr(cfg, key) is not None and ctx.agent_available(agent, part=f"{cfg.field}.{key} ({sidecar})"):
             containers.append(_sidecar(ctx, cfg, key, os_tag=os_tag, mounts=base_mounts))
     manager = _manager(ctx, cfg, volumes, base_mounts=base_mounts)
     # The digest covers everything that changes the installed driver, so a change forces a reinstall.

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from gpu_operator.api.clusterpolicy import ClusterPolicy, ClusterPolicySpec
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.render import monitoring, operands, sandbox
+from gpu_operator.render.agents import missing_agents
 from gpu_operator.render.catalog import STATES, operand
 from gpu_operator.render.context import MissingReference, RenderContext
 from gpu_operator.render.driver import driver_daemonset, driver_renderable, precompiled_name
@@ -54,6 +55,9 @@ class StateManifests:
     objects: tuple[JSON, ...] = ()
     missing: tuple[MissingReference, ...] = ()
     notes: tuple[str, ...] = ()
+    #: What of an enabled state is not deployed because its agent is not in the image; with no objects,
+    #: the whole state is refused.
+    refused: tuple[str, ...] = ()
 
     @property
     def daemonsets(self) -> tuple[str, ...]:
@@ -202,6 +206,12 @@ def render(policy: ClusterPolicy, facts: ClusterFacts, *, operator: OperatorSett
         except RenderError as error:
             error.state = state  # the reconciler reports "Failed to reconcile <state>: ..."
             raise
+        unavailable = missing_agents(objects)
+        if unavailable:
+            names = ", ".join(unavailable)
+            reason = f"not deployed: this operator's image has no agent {names}; disable the state to silence this"
+            out.append(StateManifests(name=state, enabled=True, refused=(reason,)))
+            continue
         out.append(
             StateManifests(
                 name=state,
@@ -209,6 +219,7 @@ def render(policy: ClusterPolicy, facts: ClusterFacts, *, operator: OperatorSett
                 objects=tuple(objects),
                 missing=tuple(ctx.missing),
                 notes=tuple(ctx.notes),
+                refused=tuple(ctx.refusals),
             )
         )
     return out

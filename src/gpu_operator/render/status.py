@@ -10,12 +10,15 @@ over, with the details appended ("which DaemonSet, how many pods").
 One deviation: ``NFDLabelsMissing`` is reported only when no node is a GPU node either. NFD is not a
 hard dependency here (the node labeller also finds GPUs without it), so a cluster with GPU nodes and
 no NFD is simply ready.
+
+One addition: an enabled state whose agent the image lacks is refused (not deployed) and named in an
+``OperandsRefused`` condition; it does not hold the policy back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from gpu_operator.render.facts import ClusterFacts
@@ -26,8 +29,10 @@ from gpu_operator.render.states import StateManifests
 NOT_READY_REQUEUE = 5.0
 NO_NFD_REQUEUE = 45.0
 READY_MESSAGE = "ClusterPolicy is ready as all resources have been successfully reconciled"
+#: Condition naming enabled states that are not deployed (their agent is not in the image); ours.
+REFUSED_CONDITION = "OperandsRefused"
 
-StateStatus = Literal["ready", "notReady", "disabled"]
+StateStatus = Literal["ready", "notReady", "disabled", "refused"]
 OverallState = Literal["ready", "notReady", "ignored", "disabled"]
 
 
@@ -36,18 +41,22 @@ class StateResult:
     name: str
     status: StateStatus
     reason: str = ""
+    #: Parts of the state not deployed (agents the image lacks); the state itself is judged on the rest.
+    refused: tuple[str, ...] = ()
 
 
 def state_result(state: StateManifests, readiness: Readiness | None = None) -> StateResult:
     """A state's result from its manifests and the readiness of its DaemonSets (None: it has none)."""
     if not state.enabled:
         return StateResult(name=state.name, status="disabled")
+    if state.refused and not state.objects:
+        return StateResult(name=state.name, status="refused", reason="; ".join(state.refused))
     problems = [m.message for m in state.missing]
     if readiness is not None and not readiness.ready:
         problems.append(readiness.reason)
     if problems:
-        return StateResult(name=state.name, status="notReady", reason="; ".join(problems))
-    return StateResult(name=state.name, status="ready")
+        return StateResult(name=state.name, status="notReady", reason="; ".join(problems), refused=state.refused)
+    return StateResult(name=state.name, status="ready", refused=state.refused)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +136,34 @@ def policy_status(
     failure: tuple[str, str] | None = None,
     upgrading_nodes: Sequence[str] = (),
 ) -> Status:
-    """The ClusterPolicy outcome. ``failure`` is (state, error) when a state's reconcile failed."""
+    """The ClusterPolicy outcome. ``failure`` is (state, error) when a state's reconcile failed.
+
+    Refused states (enabled, but needing an agent the image lacks) do not hold the policy back: they are
+    named in an ``OperandsRefused`` condition beside ``Ready``/``Error``."""
+    status = _policy_status(
+        results=results, facts=facts, generation=generation, now=now, previous=previous, failure=failure,
+        upgrading_nodes=upgrading_nodes,
+    )  # fmt: skip
+    refused = [f"{r.name}: {r.reason}" for r in results if r.status == "refused"]
+    refused += [f"{r.name}: {part}" for r in results if r.status != "refused" for part in r.refused]
+    if not refused:
+        return status
+    pair = _Conditions(generation=generation, now=now, previous=previous)
+    message = "; ".join(refused)
+    condition = pair.one(REFUSED_CONDITION, status=True, reason="AgentNotProvided", message=message)
+    return replace(status, conditions=(*status.conditions, condition))
+
+
+def _policy_status(
+    *,
+    results: Sequence[StateResult],
+    facts: ClusterFacts,
+    generation: int,
+    now: str,
+    previous: Sequence[Mapping[str, object]],
+    failure: tuple[str, str] | None,
+    upgrading_nodes: Sequence[str],
+) -> Status:
     pair = _Conditions(generation=generation, now=now, previous=previous)
     if failure is not None:
         state, error = failure
