@@ -15,7 +15,7 @@ import pytest
 from lightkube import codecs
 from lightkube.generic_resource import create_namespaced_resource
 
-from gpu_operator.cli.agent import PROGRAMS
+from gpu_operator.agents.programs import PROGRAMS
 from gpu_operator.render.catalog import STATES
 from gpu_operator.render.meta import HASH_ANNOTATION, MANAGED_BY, PART_OF, STATE_LABEL
 from tests.golden.test_render_golden import SCENARIOS, Scenario, rendered_objects

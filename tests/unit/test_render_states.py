@@ -15,6 +15,7 @@ pytestmark = pytest.mark.unit
 FACTS = ClusterFacts(namespace="gpu-operator", gpu_node_count=2, os_tag="ubuntu22.04", has_nfd_labels=True)
 OPERATOR = OperatorSettings(agent_image="agent:1")
 CONTAINER_STATES = {
+    "state-gpu-discovery",
     "pre-requisites", "state-operator-metrics", "state-driver", "state-container-toolkit", "state-operator-validation",
     "state-device-plugin", "state-mps-control-daemon", "state-dcgm", "state-dcgm-exporter", "gpu-feature-discovery",
     "state-mig-manager",
@@ -46,11 +47,26 @@ def env(container: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "<ref>") for e in container.get("env", [])}
 
 
-def test_twenty_states_in_upstream_order() -> None:
+def test_upstream_twenty_states_in_order_after_our_discovery() -> None:
     names = [s.name for s in rendered()]
     assert names == list(STATES)
-    assert len(names) == 20
-    assert names[:3] == ["pre-requisites", "state-operator-metrics", "state-driver"]
+    assert len(names) == 21
+    assert names[:4] == ["state-gpu-discovery", "pre-requisites", "state-operator-metrics", "state-driver"]
+
+
+def test_gpu_discovery_runs_on_every_linux_node_only_without_nfd() -> None:
+    without_nfd = ClusterFacts(namespace="gpu-operator", gpu_node_count=0, has_nfd_labels=False)
+    ds = objects(None, without_nfd)[("DaemonSet", "nvidia-gpu-discovery")]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    (main,) = spec["containers"]
+    assert main["command"] == ["gpu-operator", "agent", "gpu-discovery"]
+    assert main["image"] == "agent:1"
+    assert ("ClusterRole", "nvidia-gpu-discovery") in objects(None, without_nfd)
+    with_nfd = {s.name: s for s in rendered()}["state-gpu-discovery"]
+    assert with_nfd.objects == ()
+    assert with_nfd.notes
 
 
 def test_default_policy_enables_the_container_stack() -> None:

@@ -24,6 +24,7 @@ AGENTS = frozenset(
         "mig-manager",
         "driver-manager",
         "driver",
+        "gpu-discovery",
     }
 )
 

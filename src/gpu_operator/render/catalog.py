@@ -6,8 +6,8 @@ the names upstream uses (DaemonSet, container, deploy label, service account) so
 labels and scripts carry over, plus what is ours: the ``gpu-operator agent NAME`` program the
 container runs and whether it reports readiness.
 
-Names of agents that do not exist yet are listed in :data:`PLANNED_AGENTS`; their DaemonSets are
-rendered (the golden files cover them) and start once the agent ships.
+A state whose agent the image does not have (``render.agents``) is refused when enabled: rendered
+with no objects and named in the policy's ``OperandsRefused`` condition.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from gpu_operator.render.agents import EXECUTABLE
+
 STATES = (
+    # Ours: NVIDIA's operator relies on NFD to find GPU nodes; without NFD this state finds them.
+    "state-gpu-discovery",
     "pre-requisites",
     "state-operator-metrics",
     "state-driver",
@@ -38,18 +42,12 @@ STATES = (
     "state-cc-manager",
 )
 
-EXECUTABLE = "gpu-operator"
 DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 #: The file ``gpu-operator agent`` touches when the program reports Ready (agents/host.py).
 READY_FILE = "/run/gpu-operator-agent.ready"
 #: The driver version installed when the policy names none (the upstream chart's default).
 DEFAULT_DRIVER_VERSION = "595.91.07"
 #: Agents the rendered DaemonSets name that no issue has built yet (sandbox stack, DCGM, MPS, sidecars).
-PLANNED_AGENTS = frozenset(
-    {"driver", "driver-manager", "mig-manager", "dcgm", "mps-control-daemon", "nvidia-fs", "gdrcopy", "nvidia-peermem",
-     "vgpu-manager", "vgpu-device-manager", "vfio-manager", "sandbox-device-plugin", "kata-sandbox-device-plugin",
-     "cc-manager"}
-)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +83,18 @@ class Operand:
 
 
 _ALL = (
+    Operand(
+        state="state-gpu-discovery",
+        section="operator",
+        daemonset="nvidia-gpu-discovery",
+        container="nvidia-gpu-discovery",
+        agent="gpu-discovery",
+        deploy_label="gpu-discovery",  # not used: it runs on every Linux node
+        service_account="nvidia-gpu-discovery",
+        image_env=None,
+        privileged=False,
+        ready_probe=True,
+    ),
     Operand(
         state="state-driver",
         section="driver",

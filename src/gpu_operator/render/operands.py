@@ -16,8 +16,10 @@ from typing import Any
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.render.catalog import Operand, operand
 from gpu_operator.render.context import RenderContext, section_of
+from gpu_operator.render.images import ResolvedImage
 from gpu_operator.render.meta import JSON
 from gpu_operator.render.pods import (
+    HOST_ROOT,
     Volumes,
     agent_env,
     container,
@@ -206,3 +208,32 @@ def render_gfd(ctx: RenderContext) -> list[JSON]:
     main = main_container(ctx, op, env_vars=envs, mounts=mounts)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
     return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]
+
+
+def render_gpu_discovery(ctx: RenderContext) -> list[JSON]:
+    """Ours: where NFD is absent, a small agent on every Linux node reads the PCI tree and labels the node
+    ``nvidia.com/gpu.discovered`` (what the node labeller reads, beside NFD's PCI labels). Nothing with NFD."""
+    if ctx.facts.has_nfd_labels:
+        ctx.notes.append("Node Feature Discovery labels GPU nodes in this cluster: GPU discovery not deployed")
+        return []
+    op = operand("state-gpu-discovery")
+    volumes = Volumes()
+    volumes.host("host-sys", "/sys", kind="Directory")
+    mounts = [mount("host-sys", f"{HOST_ROOT}/sys", read_only=True)]
+    # Always our own image: this state has no counterpart in NVIDIA's operator, so no section names one.
+    image = ResolvedImage(reference=ctx.settings.agent_image, explicit=False)
+    main = container(
+        name=op.container,
+        image=image,
+        pull_policy=ctx.settings.pull_policy,
+        command=op.command(),
+        env_vars=[*agent_env(), env("PCI_DEVICES_DIR", "/sys/bus/pci/devices")],
+        mounts=mounts,
+        privileged=False,
+        probe=True,
+    )
+    spec: JSON = {"containers": [main], "volumes": volumes.listing()}
+    # Every Linux node, tainted or not: a GPU node is often tainted before anything knows it has GPUs.
+    overrides = {"tolerations": [{"operator": "Exists"}], "priorityClassName": "system-node-critical"}
+    ds = daemonset(ctx, op, pod=spec, node_selector={"kubernetes.io/os": "linux"}, overrides=overrides)
+    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), ds]

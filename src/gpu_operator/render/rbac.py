@@ -73,6 +73,8 @@ OPERAND_PERMISSIONS: Mapping[str, Permissions] = MappingProxyType(
         # The device plugin and GFD read the node's nvidia.com/device-plugin.config label.
         "nvidia-device-plugin": Permissions(cluster=(_NODE_READ,)),
         "nvidia-mps-control-daemon": Permissions(cluster=(_NODE_GET,)),
+        # Without NFD, GPU discovery labels its node nvidia.com/gpu.discovered.
+        "nvidia-gpu-discovery": Permissions(cluster=(_NODE_LABEL,)),
         # GFD labels its node itself when NFD is not installed.
         "nvidia-gpu-feature-discovery": Permissions(cluster=(_NODE_LABEL,)),
         "nvidia-mig-manager": Permissions(

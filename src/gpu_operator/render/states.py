@@ -88,6 +88,8 @@ def _driver_by_policy(spec: ClusterPolicySpec) -> bool:
 #: State -> whether a policy enables it (reference §3 table).
 ENABLED: Mapping[str, Callable[[ClusterPolicySpec], bool]] = MappingProxyType(
     {
+        # Rendered empty when the cluster has NFD (see render_gpu_discovery).
+        "state-gpu-discovery": lambda spec: True,
         "pre-requisites": lambda spec: not spec.cdi.nri_plugin_enabled,
         "state-operator-metrics": lambda spec: True,
         "state-driver": _driver_by_policy,
@@ -168,6 +170,7 @@ def render_driver(ctx: RenderContext) -> list[JSON]:
 
 RENDERERS: Mapping[str, Callable[[RenderContext], list[JSON]]] = MappingProxyType(
     {
+        "state-gpu-discovery": operands.render_gpu_discovery,
         "pre-requisites": render_prerequisites,
         "state-operator-metrics": monitoring.render_operator_metrics,
         "state-driver": render_driver,

@@ -1,0 +1,1 @@
+"""GPU discovery without Node Feature Discovery (``gpu-operator agent gpu-discovery``)."""

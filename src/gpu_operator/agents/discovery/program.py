@@ -1,0 +1,56 @@
+"""``gpu-operator agent gpu-discovery``: label this node ``nvidia.com/gpu.discovered`` from its PCI tree.
+
+Runs on every Linux node of a cluster without Node Feature Discovery (the operator deploys it only
+then), so the operator learns which nodes have NVIDIA GPUs; it is the only writer of that label and
+writes nothing else. ``true`` when the PCI tree shows an NVIDIA display or 3D controller, ``false``
+otherwise; rescanned every ``DISCOVERY_INTERVAL_SECONDS`` (60) and written only when it changes.
+
+Environment: ``PCI_DEVICES_DIR`` (``/sys/bus/pci/devices``, a path on the node, read through the host
+root mount; a test node points it at a fake tree) and ``DISCOVERY_INTERVAL_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gpu_operator.agents.discovery.pci import nvidia_gpus
+from gpu_operator.agents.runtime import AgentContext
+
+log = logging.getLogger(__name__)
+DISCOVERED = "nvidia.com/gpu.discovered"
+DEFAULT_DEVICES = "/sys/bus/pci/devices"
+
+
+def _interval(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"DISCOVERY_INTERVAL_SECONDS: not a number: {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"DISCOVERY_INTERVAL_SECONDS: must be positive (got {raw!r})")
+    return value
+
+
+async def discover_once(ctx: AgentContext) -> bool:
+    """Scan the PCI tree and bring the label up to date; return whether this node has NVIDIA GPUs."""
+    devices = ctx.host_path(ctx.env.get("PCI_DEVICES_DIR") or DEFAULT_DEVICES)
+    gpus = nvidia_gpus(devices)
+    value = "true" if gpus else "false"
+    if ctx.node is not None:
+        labels = await ctx.node.labels()
+        if labels.get(DISCOVERED) != value:
+            await ctx.node.patch_labels({DISCOVERED: value})
+            log.info("%s=%s on %s (GPUs at %s)", DISCOVERED, value, ctx.node_name, ", ".join(gpus) or "-")
+    return bool(gpus)
+
+
+async def main(ctx: AgentContext) -> None:
+    interval = _interval(ctx.env.get("DISCOVERY_INTERVAL_SECONDS") or "60")
+    while True:
+        try:
+            await discover_once(ctx)
+            ctx.set_ready(True)
+        except Exception:  # e.g. the API briefly unreachable: logged, and the next round tries again
+            log.exception("discovery failed on %s; retrying in %.0f s", ctx.node_name, interval)
+        if await ctx.sleep(interval):
+            return

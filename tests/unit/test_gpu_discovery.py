@@ -1,0 +1,75 @@
+"""GPU discovery without NFD: NVIDIA GPUs from a PCI tree, and the one label the agent writes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from gpu_operator.agents.discovery import program
+from gpu_operator.agents.discovery.pci import nvidia_gpus
+from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.reconcile.nodelabels import PRESENT, label_changes
+from tests.unit.fake_backend import FakeBackend
+from tests.unit.fake_context import FakeContext, FakeNode
+
+pytestmark = pytest.mark.unit
+
+
+def _device(root: Path, address: str, *, vendor: str, pci_class: str) -> None:
+    directory = root / address
+    directory.mkdir(parents=True)
+    (directory / "vendor").write_text(f"{vendor}\n")
+    (directory / "class").write_text(f"{pci_class}\n")
+
+
+def _tree(root: Path) -> Path:
+    devices = root / "host" / "sys" / "bus" / "pci" / "devices"
+    _device(devices, "0000:00:02.0", vendor="0x8086", pci_class="0x030000")  # an Intel VGA controller
+    _device(devices, "0000:17:00.1", vendor="0x10de", pci_class="0x040300")  # NVIDIA HDMI audio: not a GPU
+    _device(devices, "0000:b0:00.0", vendor="0x10de", pci_class="0x068000")  # an NVSwitch: not a GPU
+    return devices
+
+
+def test_only_nvidia_display_and_3d_controllers_are_gpus(tmp_path: Path) -> None:
+    devices = _tree(tmp_path)
+    assert nvidia_gpus(devices) == []
+    _device(devices, "0000:18:00.0", vendor="0x10de", pci_class="0x030200")
+    _device(devices, "0000:65:00.0", vendor="0x10DE", pci_class="0x030000")
+    assert nvidia_gpus(devices) == ["0000:18:00.0", "0000:65:00.0"]
+    assert nvidia_gpus(tmp_path / "absent") == []
+
+
+def test_the_agent_writes_only_its_label_and_only_on_change(tmp_path: Path) -> None:
+    devices = _tree(tmp_path)
+    node = FakeNode(values={"kubernetes.io/os": "linux"})
+    ctx = FakeContext(root=tmp_path, gpu=FakeBackend(devices=[]), node=node, stop_after=2)
+    asyncio.run(program.main(ctx))
+    assert node.values == {"kubernetes.io/os": "linux", program.DISCOVERED: "false"}
+    assert node.patches == 1  # two rounds, one write
+    assert ctx.ready
+    _device(devices, "0000:18:00.0", vendor="0x10de", pci_class="0x030200")
+    assert asyncio.run(program.discover_once(ctx))
+    assert node.values[program.DISCOVERED] == "true"
+    assert node.patches == 2
+
+
+def test_a_fake_tree_is_read_from_the_configured_directory(tmp_path: Path) -> None:
+    fake = tmp_path / "host" / "run" / "fake-sys" / "devices"
+    _device(fake, "0000:3b:00.0", vendor="0x10de", pci_class="0x030200")
+    ctx = FakeContext(root=tmp_path, gpu=FakeBackend(devices=[]), env={"PCI_DEVICES_DIR": "/run/fake-sys/devices"})
+    assert asyncio.run(program.discover_once(ctx))
+
+
+def test_a_bad_interval_is_refused_with_its_name() -> None:
+    with pytest.raises(ValueError, match="DISCOVERY_INTERVAL_SECONDS"):
+        program._interval("soon")
+    with pytest.raises(ValueError, match="positive"):
+        program._interval("0")
+
+
+def test_the_discovered_label_makes_a_gpu_node_without_nfd() -> None:
+    spec = ClusterPolicy.model_validate({"metadata": {"name": "p"}, "spec": {}}).spec
+    assert label_changes({program.DISCOVERED: "true"}, spec=spec)[PRESENT] == "true"
+    assert PRESENT not in label_changes({program.DISCOVERED: "false"}, spec=spec)
