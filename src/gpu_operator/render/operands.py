@@ -34,6 +34,7 @@ from gpu_operator.render.rbac import operand_rbac
 
 CONFIG_DIR = "/available-configs"
 PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+CDI_ROOT = "/var/run/cdi"
 NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 
 
@@ -168,6 +169,9 @@ def render_device_plugin(ctx: RenderContext) -> list[JSON]:
         *host_root_mounts(ctx, volumes, writable=False),
         *config_mounts,
     ]
+    if ctx.cdi:
+        # The plugin publishes the spec of the k8s.device-plugin.nvidia.com/gpu devices it hands out.
+        mounts.append(mount(volumes.host("cdi-root", CDI_ROOT), CDI_ROOT))
     main = main_container(ctx, op, env_vars=envs, mounts=mounts)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
     return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]

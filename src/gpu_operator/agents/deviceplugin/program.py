@@ -10,13 +10,27 @@ the files are re-read on every pass, so a change reconfigures the plugin without
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
+from gpu_operator.agents.deviceplugin import cdispec
 from gpu_operator.agents.deviceplugin.config import ConfigError, ConfigFile, Settings, load_config
 from gpu_operator.agents.deviceplugin.plugin import DevicePlugin
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.gpu.backend import GpuError
+
+log = logging.getLogger(__name__)
 
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
+#: The CDI spec is checked every 60 s (120 ticks of 0.5 s); it is only rewritten when it changed.
+CDI_REFRESH_TICKS = 120
+
+
+def _publish_cdi(ctx: AgentContext, settings: Settings) -> None:
+    try:
+        cdispec.publish(ctx=ctx, backend=ctx.gpu, settings=settings)
+    except (OSError, GpuError) as error:  # the next refresh tries again; Allocate works without it on envvar
+        log.warning("device-plugin[%s]: CDI spec not written: %s", ctx.node_name, error)
 
 
 class NamedConfigs:
@@ -63,8 +77,13 @@ async def main(ctx: AgentContext) -> None:
     )
     stop = asyncio.Event()
     task = asyncio.create_task(plugin.run(stop=stop))
+    ticks = 0
     try:
         while not await ctx.sleep(0.5):
+            if ticks % CDI_REFRESH_TICKS == 0:
+                # The devices the Allocate responses name must exist in a CDI spec before a pod asks.
+                await asyncio.to_thread(_publish_cdi, ctx, await configs.settings())
+            ticks += 1
             ctx.set_ready(bool(plugin.servers) and plugin.registrations > 0)
             if task.done():
                 break
