@@ -113,3 +113,26 @@ start = time.monotonic(); b.close(); t.join(10)
 print(round(time.monotonic() - start) <= 2, errors)
 """
     assert _ok(run_python, code).strip() == "True ['NVML backend is closed']"
+
+
+def test_auto_opens_nvml_once_the_driver_appears(run_python: RunPython) -> None:
+    # An agent's container may start before the driver is loaded: auto answers as null, then NVML.
+    code = """
+import os
+from gpu_operator.gpu import open_backend
+from gpu_operator.gpu.reopening import ReopeningBackend
+config = os.environ["FAKE_NVML_CONFIG"]
+os.rename(config, config + ".later")  # no driver yet
+backend = ReopeningBackend(open_nvml=lambda: open_backend("nvml"), retry_seconds=0)
+count = len(backend.devices())
+print("before:", backend.name, count)
+os.rename(config + ".later", config)  # the driver container has loaded the driver
+count = len(backend.devices())
+print("after:", backend.name, count)
+backend.close()
+print("refs:", nvml_lib.references())
+"""
+    out = _ok(run_python, code)
+    assert "before: null 0" in out
+    assert "after: nvml 2" in out  # the a100-mig node's two GPUs
+    assert "refs: 0" in out

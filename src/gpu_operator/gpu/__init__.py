@@ -6,7 +6,8 @@ Agents receive a ``GpuBackend`` (see ``backend``) and use only its methods and t
 - ``"nvml"``: the real GPUs through NVML (``pynvml``, imported only when this backend is opened);
 - ``"simulated"``: the GPUs of a catalog node profile (``catalog``), with injectable faults;
 - ``"null"``: a machine without GPUs;
-- ``"auto"``: NVML when the library and driver load, null otherwise.
+- ``"auto"``: NVML when the library and driver load; until they do, null, with NVML tried again
+  every few seconds (an agent may start before the driver container has loaded the driver).
 
 Importing this package loads neither ``pynvml`` nor ``libnvidia-ml``.
 """
@@ -32,9 +33,9 @@ KINDS = ("auto", "nvml", "simulated", "null")
 def open_backend(kind: str = "auto", **kw: Any) -> GpuBackend:
     """A backend of ``kind``; ``kw`` go to its constructor (``profile=``, ``seed=`` ... for simulated).
 
-    For ``simulated``, ``profile`` may be a NodeProfile or a profile name. ``auto`` falls back to the
-    null backend only when NVML reports no library or driver (GpuNotFoundError); other NVML errors
-    are real problems and propagate.
+    For ``simulated``, ``profile`` may be a NodeProfile or a profile name. ``auto`` answers as the null
+    backend only while NVML reports no library or driver (GpuNotFoundError), and keeps trying; other
+    NVML errors are real problems and propagate.
     """
     if kind == "nvml":
         from gpu_operator.gpu.nvml import NvmlBackend  # noqa: PLC0415 - loads pynvml only when asked for
@@ -52,8 +53,7 @@ def open_backend(kind: str = "auto", **kw: Any) -> GpuBackend:
 
         return NullBackend(**kw)
     if kind == "auto":
-        try:
-            return open_backend("nvml", **kw)
-        except GpuNotFoundError as exc:
-            return open_backend("null", reason=str(exc))
+        from gpu_operator.gpu.reopening import ReopeningBackend  # noqa: PLC0415
+
+        return ReopeningBackend(open_nvml=lambda: open_backend("nvml", **kw))
     raise ValueError(f"unknown GPU backend kind {kind!r}; expected one of {', '.join(KINDS)}")
