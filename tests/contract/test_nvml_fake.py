@@ -5,6 +5,7 @@ Also the proof that the fake catches a backend relying on an entry point the lib
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -136,3 +137,27 @@ print("refs:", nvml_lib.references())
     assert "before: null 0" in out
     assert "after: nvml 2" in out  # the a100-mig node's two GPUs
     assert "refs: 0" in out
+
+
+def test_the_driver_library_is_found_under_the_driver_root(
+    run_python: RunPython, fake_nvml_dir: Path, tmp_path: Path
+) -> None:
+    # An agent image carries no driver: the validator and the plugin load the driver's own
+    # libnvidia-ml.so.1 from the driver root on the host, seen through the host root mount.
+    host = tmp_path / "host"
+    libdir = host / "run" / "nvidia" / "driver" / "usr" / "lib" / "x86_64-linux-gnu"
+    libdir.mkdir(parents=True)
+    shutil.copy(fake_nvml_dir / "libnvidia-ml.so.1", libdir / "libnvidia-ml.so.1")
+    empty = tmp_path / "no-libraries"
+    empty.mkdir()
+    code = f"""
+import os
+os.environ["HOST_ROOT"] = {str(host)!r}
+os.environ["DRIVER_INSTALL_DIR"] = "/run/nvidia/driver"
+backend = NvmlBackend()
+print("devices:", len(backend.devices()))
+print("loaded:", [l for l in open("/proc/self/maps").read().split() if l.endswith("libnvidia-ml.so.1")][:1])
+"""
+    out = _ok(run_python, code, libdir=empty)
+    assert "devices: 2" in out
+    assert str(libdir / "libnvidia-ml.so.1") in out

@@ -5,13 +5,18 @@ under a lock: the first ``acquire`` calls ``nvmlInit``, the last ``release`` cal
 Every NVML call goes through ``call``, which names the NVML function (and the GPU) in the error and
 maps NVML's error classes onto the project's: library or driver missing -> GpuNotFoundError, GPU lost
 -> GpuLostError, not supported or missing from the library -> NotSupportedError, the rest -> GpuError.
-``pynvml`` is imported here, inside functions, so importing ``gpu_operator.gpu`` never loads it.
+``pynvml`` is imported here, inside functions, so importing ``gpu_operator.gpu`` never loads it. When
+the container's loader finds no ``libnvidia-ml.so.1`` (an agent image carries no driver), the
+driver's own library is loaded from the driver root on the host (``library_candidates``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar, cast
 
@@ -33,13 +38,52 @@ def nvml() -> ModuleType:
     return cast(ModuleType, pynvml)
 
 
+#: Where a driver keeps libnvidia-ml.so.1 under its root (the host's ``/``, or a driver container's root).
+LIBRARY_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib", "lib64", "lib")
+LIBRARY = "libnvidia-ml.so.1"
+
+
+def library_candidates(environ: Mapping[str, str]) -> list[Path]:
+    """Where to look for the driver's NVML library when the container's loader finds none.
+
+    An agent's container does not carry the driver: its libraries are on the host, under the driver
+    root (``DRIVER_INSTALL_DIR`` or ``NVIDIA_DRIVER_ROOT``, e.g. ``/run/nvidia/driver`` for a driver
+    container, ``/`` for a host driver), which the pod sees through the host root mount (``HOST_ROOT``).
+    ``NVML_LIBRARY_PATH`` names the file itself and wins.
+    """
+    if environ.get("NVML_LIBRARY_PATH"):
+        return [Path(environ["NVML_LIBRARY_PATH"])]
+    host = Path(environ.get("HOST_ROOT") or "/")
+    roots = [environ.get(name, "") for name in ("DRIVER_INSTALL_DIR", "NVIDIA_DRIVER_ROOT")] + ["/"]
+    found: list[Path] = []
+    for root in dict.fromkeys(r for r in roots if r):
+        base = host / root.lstrip("/")
+        found += [base / directory / LIBRARY for directory in LIBRARY_DIRS]
+    return found
+
+
+def _preload_from_driver_root(environ: Mapping[str, str]) -> Path | None:
+    """Load the first candidate library globally, so pynvml's ``dlopen(libnvidia-ml.so.1)`` finds it
+    already loaded (the dynamic loader matches an open library by its soname)."""
+    for candidate in library_candidates(environ):
+        if candidate.is_file():
+            ctypes.CDLL(str(candidate), mode=ctypes.RTLD_GLOBAL)
+            return candidate
+    return None
+
+
 def acquire() -> None:
     """Initialise NVML if this is the first user in the process."""
     global _refs  # noqa: PLW0603 - the process-wide NVML reference count
     with _lock:
         if _refs == 0:
             nv = nvml()
-            call("nvmlInit", nv.nvmlInit)
+            try:
+                call("nvmlInit", nv.nvmlInit)
+            except GpuNotFoundError:
+                if _preload_from_driver_root(os.environ) is None:
+                    raise
+                call("nvmlInit", nv.nvmlInit)
         _refs += 1
 
 
