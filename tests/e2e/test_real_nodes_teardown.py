@@ -70,8 +70,13 @@ def run_sleeper(client: Client, *, name: str = "sleeper", node: str = "real-node
     return wait_for(running, timeout=60, describe=f"pod {name} Running")
 
 
-def _alive(pid: int) -> bool:
-    return process_start(pid) != ""
+def _identities(pids: set[int]) -> dict[int, str]:
+    """pid -> start time: PIDs are reused (they wrap at pid_max), so a pid alone names no process."""
+    return {pid: start for pid in pids if (start := process_start(pid))}
+
+
+def _still_running(identities: dict[int, str]) -> list[int]:
+    return [pid for pid, start in identities.items() if process_start(pid) == start]
 
 
 @pytest.mark.timeout(300)
@@ -102,10 +107,9 @@ def test_a_start_after_sigkill_removes_what_the_dead_run_left(
     dead = Ledger.load()
     assert dead is not None
     assert dead.owner_pid == child.pid
-    leftovers = wait_for(lambda: cgroups.pids(dead.run_cgroup) or None, timeout=5, describe="leftover processes")
-    shims = [
-        p for p in leftovers if "containerd-shim" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
-    ]
+    leftover_pids = wait_for(lambda: cgroups.pids(dead.run_cgroup) or None, timeout=5, describe="leftover processes")
+    leftovers = _identities(leftover_pids)
+    shims = [p for p in leftovers if b"containerd-shim" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert shims, "the shims should have outlived the killed run (else this test proves nothing)"
     assert Path(started["data_dir"]).is_dir()
 
@@ -114,7 +118,7 @@ def test_a_start_after_sigkill_removes_what_the_dead_run_left(
         assert cluster.real_nodes is not None
         assert cluster.real_nodes.host.recovered == dead
         assert not cgroups.exists(dead.run_cgroup)
-        assert not [p for p in leftovers if _alive(p)]
+        assert not _still_running(leftovers)
         assert not Path(started["data_dir"]).exists()
         client = cluster.client()
         try:
@@ -123,4 +127,4 @@ def test_a_start_after_sigkill_removes_what_the_dead_run_left(
             client.close()
         assert LEDGER.exists()
     assert_host_restored(host_snapshot)
-    assert not any(_alive(p) for p in leftovers)
+    assert not _still_running(leftovers)

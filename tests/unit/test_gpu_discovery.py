@@ -10,7 +10,11 @@ import pytest
 from gpu_operator.agents.discovery import program
 from gpu_operator.agents.discovery.pci import nvidia_gpus
 from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.gpu.catalog import NODE_PROFILES
+from gpu_operator.gpu.simulated import SimulatedBackend
+from gpu_operator.localcluster.nodes.fakehost import write_pci_tree
 from gpu_operator.reconcile.nodelabels import PRESENT, label_changes
+from gpu_operator.sim.hardware import pci_functions, sysfs_address
 from tests.unit.fake_backend import FakeBackend
 from tests.unit.fake_context import FakeContext, FakeNode
 
@@ -73,3 +77,15 @@ def test_the_discovered_label_makes_a_gpu_node_without_nfd() -> None:
     spec = ClusterPolicy.model_validate({"metadata": {"name": "p"}, "spec": {}}).spec
     assert label_changes({program.DISCOVERED: "true"}, spec=spec)[PRESENT] == "true"
     assert PRESENT not in label_changes({program.DISCOVERED: "false"}, spec=spec)
+
+
+def test_a_fake_host_tree_of_a_catalog_profile_is_what_discovery_reads(tmp_path: Path) -> None:
+    devices = tmp_path / "fake" / "devices"
+    write_pci_tree(devices, functions=pci_functions("dgx-h100"))
+    backend = SimulatedBackend(profile=NODE_PROFILES["dgx-h100"])
+    nvml_addresses = sorted(sysfs_address(d.pci_bus_id) for d in backend.devices())
+    assert nvidia_gpus(devices) == nvml_addresses  # the same GPUs, at the addresses NVML reports
+    assert len(nvml_addresses) == 8
+    assert (devices / "0000:00:00.0" / "vendor").read_text() == "0x8086\n"  # the host bridge is not a GPU
+    write_pci_tree(tmp_path / "cpu", functions=pci_functions("cpu-only"))
+    assert nvidia_gpus(tmp_path / "cpu") == []

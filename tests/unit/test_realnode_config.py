@@ -82,6 +82,11 @@ def test_namespace_script_binds_every_private_path(tmp_path: Path) -> None:
     for host_path in nodespec.PRIVATE_PATHS:
         assert f"mount --bind {tmp_path}/private/{nodespec.private_dir_name(host_path)} {host_path}\n" in script
     assert script.endswith("exec sleep infinity")
+    assert "/sys/bus/pci/devices" not in script
+    fake = nodespec.NodeSpec(
+        name="n", index=1, root=tmp_path, kubelet_port=1, healthz_port=2, run_cgroup="/g", fake_pci=True
+    )
+    assert f"mount --bind {fake.fake_pci_devices} /sys/bus/pci/devices\n" in nodespec.namespace_script(spec=fake)
 
 
 def _fake_v1_root(tmp_path: Path) -> Path:

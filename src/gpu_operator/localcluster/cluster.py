@@ -40,6 +40,7 @@ from gpu_operator.localcluster.health import (
 )
 from gpu_operator.localcluster.layout import SERVICE_IP, Layout, Ports, server_url, write_credentials
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries, locate_node_binaries
+from gpu_operator.localcluster.nodes.fakehost import PciFunction
 from gpu_operator.localcluster.nodes.fleet import RealNodes
 from gpu_operator.localcluster.pki import CertificateAuthority
 from gpu_operator.localcluster.process import ManagedProcess, ProcessStartError, SigtermAsExit, poll_until, stop_all
@@ -68,6 +69,7 @@ class LocalCluster:
         real_nodes: int = 0,
         node_images: Sequence[Path] = (),
         node_binaries: NodeBinaries | None = None,
+        node_hardware: Sequence[Sequence[PciFunction]] = (),
     ) -> None:
         self.name = name
         self.start_timeout = start_timeout
@@ -78,6 +80,8 @@ class LocalCluster:
         self._binaries = binaries
         self.real_node_count = real_nodes
         self.node_images = list(node_images)
+        #: Fake PCI functions of each real node in order (the rest show the host's real tree).
+        self.node_hardware = [list(h) for h in node_hardware]
         self._node_binaries = node_binaries
         #: The real kubelet nodes (``real_nodes`` > 0), once started.
         self.real_nodes: RealNodes | None = None
@@ -285,6 +289,7 @@ class LocalCluster:
             data_dir=self.layout.root,
             remove_data_dir=self._owns_data_dir and not self.keep_data_dir,
             images=self.node_images,
+            hardware=self.node_hardware,
         )
         self.real_nodes.start(
             ca=ca,

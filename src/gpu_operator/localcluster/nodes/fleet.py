@@ -17,6 +17,7 @@ from pathlib import Path
 from gpu_operator.localcluster import pki
 from gpu_operator.localcluster.nodes import images as node_images
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
+from gpu_operator.localcluster.nodes.fakehost import PciFunction
 from gpu_operator.localcluster.nodes.host import HostChanges
 from gpu_operator.localcluster.nodes.node import RealNode
 from gpu_operator.localcluster.nodes.spec import NodeSpec
@@ -48,8 +49,13 @@ class RealNodes:
         remove_data_dir: bool,
         images: Sequence[Path] = (),
         host: HostChanges | None = None,
+        hardware: Sequence[Sequence[PciFunction]] = (),
     ) -> None:
+        if len(hardware) > count:
+            raise ValueError(f"hardware for {len(hardware)} nodes, but {count} real nodes")
         self.count = count
+        #: Node i's fake PCI functions (none: the host's real tree), e.g. ``sim.hardware.pci_functions``.
+        self.hardware = [list(h) for h in hardware] + [[] for _ in range(count - len(hardware))]
         self.binaries = binaries
         self.data_dir = data_dir
         self.remove_data_dir = remove_data_dir
@@ -86,8 +92,9 @@ class RealNodes:
                     kubelet_port=ports[2 * index - 2],
                     healthz_port=ports[2 * index - 1],
                     run_cgroup=ledger.run_cgroup,
+                    fake_pci=bool(self.hardware[index - 1]),
                 )
-                node = RealNode(spec=spec, binaries=self.binaries)
+                node = RealNode(spec=spec, binaries=self.binaries, pci_functions=self.hardware[index - 1])
                 self.nodes.append(node)
                 node.prepare(host=self.host, ca=ca, server=server, sandbox_image=node_images.PAUSE_IMAGE)
                 node.start(images=[pause, *self.images])

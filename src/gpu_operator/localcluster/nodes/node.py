@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpu_operator.localcluster import pki
 from gpu_operator.localcluster.kubeconfig import KubeconfigUser, render_kubeconfig
-from gpu_operator.localcluster.nodes import cgroups
+from gpu_operator.localcluster.nodes import cgroups, fakehost
 from gpu_operator.localcluster.nodes import spec as nodespec
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
 from gpu_operator.localcluster.nodes.host import HostChanges
@@ -48,9 +48,16 @@ def node_env(*, binaries: NodeBinaries) -> dict[str, str]:
 class RealNode:
     """A kubelet and a containerd on this host, registered as Node ``spec.name``."""
 
-    def __init__(self, *, spec: nodespec.NodeSpec, binaries: NodeBinaries) -> None:
+    def __init__(
+        self,
+        *,
+        spec: nodespec.NodeSpec,
+        binaries: NodeBinaries,
+        pci_functions: Sequence[fakehost.PciFunction] = (),
+    ) -> None:
         self.spec = spec
         self.binaries = binaries
+        self.pci_functions = list(pci_functions)
         self.processes: dict[str, ManagedProcess] = {}
         #: Seconds from ``start()`` to each milestone.
         self.timings: dict[str, float] = {}
@@ -64,6 +71,8 @@ class RealNode:
             host.make_dir(Path(host_path))
             spec.private(host_path).mkdir(parents=True, exist_ok=True)
         spec.kubelet_dir.mkdir(parents=True, exist_ok=True)
+        if spec.fake_pci:
+            fakehost.write_pci_tree(spec.fake_pci_devices, functions=self.pci_functions)
         host.add_bridge(name=spec.bridge, address=spec.address, prefix=24)
         cgroups.create(spec.pods_cgroup)
         cgroups.create(spec.runtime_cgroup)
@@ -160,7 +169,8 @@ class RealNode:
 
     def import_image(self, archive: Path) -> None:
         """Import an OCI or Docker archive (unpacked for the node's snapshotter)."""
-        self.ctr("images", "import", str(archive))
+        # nsenter leaves the working directory behind: a relative path would not resolve.
+        self.ctr("images", "import", str(archive.resolve()))
 
     # -- state -------------------------------------------------------------------------------------
 

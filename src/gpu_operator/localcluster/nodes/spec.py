@@ -41,6 +41,7 @@ PRIVATE_PATHS = (
     "/var/log/pods",
 )
 CNI_BIN_DIR = "/usr/lib/cni"
+SYS_PCI_DEVICES = "/sys/bus/pci/devices"
 RUNC = "/usr/sbin/runc"
 CNI_NETWORK = "gpuop"
 #: containerd plugins with a fixed path outside the private ones above (NRI's socket under /var/run/nri,
@@ -63,6 +64,8 @@ class NodeSpec:
     kubelet_port: int
     healthz_port: int
     run_cgroup: str
+    #: Whether the node's namespace shows a fake PCI tree (``fake_pci_devices``) instead of the host's.
+    fake_pci: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.index <= 250:
@@ -112,6 +115,11 @@ class NodeSpec:
     def kubelet_dir(self) -> Path:
         """The kubelet's configuration, kubeconfig and certificates (not inside the namespace)."""
         return self.root / "kubelet"
+
+    @property
+    def fake_pci_devices(self) -> Path:
+        """The fake PCI tree bound over ``/sys/bus/pci/devices`` inside the namespace (GPU profiles)."""
+        return self.root / "fake-host" / "sys-bus-pci-devices"
 
     @property
     def ready_file(self) -> Path:
@@ -244,6 +252,8 @@ def namespace_script(*, spec: NodeSpec) -> str:
     lines = ["set -e"]
     for host_path in PRIVATE_PATHS:
         lines.append(f"mount --bind {spec.private(host_path)} {host_path}")
+    if spec.fake_pci:
+        lines.append(f"mount --bind {spec.fake_pci_devices} {SYS_PCI_DEVICES}")
     lines.append(f"touch {spec.ready_file}")
     lines.append("exec sleep infinity")
     return "\n".join(lines)
