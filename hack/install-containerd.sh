@@ -21,24 +21,6 @@ command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1 || need+
 command -v runc >/dev/null 2>&1 || need+=(runc)
 static_busybox || need+=(busybox-static)
 [[ ${#need[@]} -eq 0 ]] && exit 0
-
-sudo=()
-if [[ $(id -u) -ne 0 ]]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    sudo=(sudo -n)
-  else
-    echo "install-containerd.sh: root needed to install ${need[*]}; not installing" >&2
-    exit 0
-  fi
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-containerd.sh: no apt-get here; install ${need[*]} by other means" >&2
-  exit 0
-fi
-echo "install-containerd.sh: installing ${need[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-# A fresh machine may have no package lists yet: refresh them only when the first attempt fails.
-if ! "${sudo[@]}" apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1; then
-  "${sudo[@]}" apt-get update -qq >/dev/null
-  "${sudo[@]}" apt-get install -y --no-install-recommends "${need[@]}" >/dev/null
-fi
+# shellcheck source=lib/apt-install.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt-install.sh"
+apt_install install-containerd.sh "${need[@]}"

@@ -22,24 +22,6 @@ command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 command -v unshare >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 [[ ${#need[@]} -eq 0 ]] && exit 0
-
-sudo=()
-if [[ $(id -u) -ne 0 ]]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    sudo=(sudo -n)
-  else
-    echo "install-node-deps.sh: root needed to install ${need[*]}; not installing" >&2
-    exit 0
-  fi
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-node-deps.sh: no apt-get here; install ${need[*]} by other means" >&2
-  exit 0
-fi
-echo "install-node-deps.sh: installing ${need[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-# A fresh machine may have no package lists yet: refresh them only when the first attempt fails.
-if ! "${sudo[@]}" apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1; then
-  "${sudo[@]}" apt-get update -qq >/dev/null
-  "${sudo[@]}" apt-get install -y --no-install-recommends "${need[@]}" >/dev/null
-fi
+# shellcheck source=lib/apt-install.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt-install.sh"
+apt_install install-node-deps.sh "${need[@]}"

@@ -28,7 +28,6 @@ from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
 from gpu_operator.agents.discovery.program import DISCOVERED
-from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
@@ -36,6 +35,7 @@ from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.reconcile.nodelabels import DEPLOY, PRESENT
 from gpu_operator.reconcile.operator import LEASE_NAME
 from gpu_operator.sim.hardware import pci_functions
+from tests.chart_checks import exists, operator_pods, policy_state
 from tests.conftest import REPO
 from tests.e2e.conftest import ProductImage
 
@@ -43,7 +43,6 @@ pytestmark = pytest.mark.e2e
 
 JSON = dict[str, Any]
 CHART = REPO / "deploy" / "helm" / "gpu-operator"
-POLICY = "cluster-policy"
 #: The chart's ClusterPolicy with every GPU operand off: these nodes have no GPU (issue 2/10 adds one).
 NO_GPU_OPERANDS = {
     key: {"enabled": False}
@@ -159,18 +158,6 @@ def test_real_nodes_run_pods_that_reach_each_other(
         real_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def _operator_pods(client: Client, namespace: str) -> list[JSON]:
-    return [p.to_dict() for p in client.list(Pod, namespace=namespace, labels={"app": "gpu-operator"})]
-
-
-def _state(client: Client) -> str | None:
-    try:
-        obj: JSON = client.get(ClusterPolicyResource, POLICY).to_dict()  # type: ignore[no-untyped-call]
-    except ApiError:
-        return None
-    return (obj.get("status") or {}).get("state")
-
-
 def _holder(client: Client, namespace: str) -> str | None:
     try:
         lease = client.get(Lease, LEASE_NAME, namespace=namespace)
@@ -202,16 +189,6 @@ def _assert_admitted_under_restricted(cluster: LocalCluster, kube: Client, pod: 
         kube.delete(Namespace, name)
 
 
-def _exists(client: Client, kind: Any, name: str, namespace: str | None) -> bool:
-    try:
-        client.get(kind, name, namespace=namespace)
-    except ApiError as error:
-        if error.status.code == 404:
-            return False
-        raise
-    return True
-
-
 @pytest.mark.timeout(420)
 def test_chart_runs_the_operator_as_a_real_container(
     real_cluster: LocalCluster, kube: Client, product_image: ProductImage, tmp_path: Path
@@ -230,7 +207,7 @@ def test_chart_runs_the_operator_as_a_real_container(
                       "--wait", "--timeout", "120s", timeout=150)  # fmt: skip
     install_seconds = time.monotonic() - began
 
-    (pod,) = _operator_pods(kube, namespace)
+    (pod,) = operator_pods(kube, namespace)
     (status,) = pod["status"]["containerStatuses"]
     assert status["ready"] is True
     assert status["containerID"].startswith("containerd://")
@@ -243,7 +220,7 @@ def test_chart_runs_the_operator_as_a_real_container(
     # enforces that profile.
     _assert_admitted_under_restricted(real_cluster, kube, pod, tmp_path)
 
-    wait_for(lambda: _state(kube) == "ready", timeout=120, describe="the chart's ClusterPolicy ready")
+    wait_for(lambda: policy_state(kube) == "ready", timeout=120, describe="the chart's ClusterPolicy ready")
 
     # No NFD here: the discovery agent, a real container on each node, read each node's PCI tree and
     # the operator labelled the GPU node from what it wrote.
@@ -276,7 +253,7 @@ def test_chart_runs_the_operator_as_a_real_container(
     node.ctr("tasks", "kill", "--signal", "SIGKILL", container_id)
 
     def restarted() -> JSON | None:
-        (again,) = _operator_pods(kube, namespace)
+        (again,) = operator_pods(kube, namespace)
         (st,) = again["status"]["containerStatuses"]
         return again if st["restartCount"] >= 1 and st["ready"] else None
 
@@ -288,19 +265,19 @@ def test_chart_runs_the_operator_as_a_real_container(
         describe="the Lease taken by the restarted container",
     )
     assert new_holder != first_holder
-    wait_for(lambda: _state(kube) == "ready", timeout=60, describe="the policy ready after the restart")
+    wait_for(lambda: policy_state(kube) == "ready", timeout=60, describe="the policy ready after the restart")
 
     real_cluster.helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "90s", timeout=120)
 
     def gone() -> bool:
         return (
-            _state(kube) is None
-            and not _operator_pods(kube, namespace)
+            policy_state(kube) is None
+            and not operator_pods(kube, namespace)
             and not list(kube.list(DaemonSet, namespace=namespace))
             and not list(kube.list(Deployment, namespace=namespace))
-            and not _exists(kube, Lease, LEASE_NAME, namespace)
-            and not _exists(kube, ClusterRole, "gpu-operator", None)
-            and not _exists(kube, ClusterRoleBinding, "gpu-operator", None)
+            and not exists(kube, Lease, LEASE_NAME, namespace)
+            and not exists(kube, ClusterRole, "gpu-operator", None)
+            and not exists(kube, ClusterRoleBinding, "gpu-operator", None)
         )
 
     wait_for(gone, timeout=90, describe="everything of the chart and the operator removed")

@@ -17,24 +17,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from gpu_operator.agents.programs import PROGRAMS
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.sim.apiclient import ClusterAccess
 from gpu_operator.sim.node import NodeOptions
 from gpu_operator.sim.programs import Program
 from gpu_operator.sim.simulator import Simulator
 
-#: The operand agents the default ClusterPolicy's DaemonSets run (``gpu-operator agent NAME``).
-OPERAND_AGENTS = (
-    "device-plugin",
-    "feature-discovery",
-    "exporter",
-    "validator",
-    "node-status-exporter",
-    "toolkit",
-    "mig-manager",
-    "driver-manager",
-    "driver",
-)
+#: The operand agents the operator's DaemonSets run (``gpu-operator agent NAME``), from the one table.
+OPERAND_AGENTS = tuple(name for name in PROGRAMS if name != "sleep")
 SimNodesFactory = Callable[..., list[str]]
 SimProgramFactory = Callable[[str, Program], None]
 

@@ -20,9 +20,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole
 
 from gpu_operator.kube.api import ClusterPolicyResource
@@ -31,6 +30,7 @@ from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.agents import agent_registry
 from gpu_operator.sim.simulator import Simulator
 from gpu_operator.sim.volumes import loopback_for
+from tests.chart_checks import POLICY, exists, operator_pods, policy_state
 from tests.conftest import REPO
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
@@ -50,20 +50,6 @@ OPERANDS = (
     "gpu-feature-discovery",
     "nvidia-dcgm-exporter",
 )
-POLICY = "cluster-policy"  # the chart's ClusterPolicy
-
-
-def _operator_pods(client: Client, namespace: str) -> list[JSON]:
-    pods = client.list(Pod, namespace=namespace, labels={"app": "gpu-operator"})
-    return [p.to_dict() for p in pods]
-
-
-def _state(client: Client) -> str | None:
-    try:
-        obj: JSON = client.get(ClusterPolicyResource, POLICY).to_dict()  # type: ignore[no-untyped-call]
-    except ApiError:
-        return None
-    return (obj.get("status") or {}).get("state")
 
 
 def _service_account_dir(simulator: Simulator, pod: JSON) -> Path:
@@ -137,7 +123,7 @@ def test_helm_install_runs_the_operator_as_a_pod(
                        "--timeout", "90s", timeout=120)  # fmt: skip
 
     # --wait returned: the Deployment is available, i.e. the program reported Ready after a first pass.
-    (pod,) = _operator_pods(client, namespace)
+    (pod,) = operator_pods(client, namespace)
     assert pod["spec"]["nodeName"] == cpu
     assert pod["spec"]["serviceAccountName"] == "gpu-operator"
     assert pod["status"]["phase"] == "Running"
@@ -150,7 +136,7 @@ def test_helm_install_runs_the_operator_as_a_pod(
     review = _as_pod(local_cluster, account_dir, "/apis/authentication.k8s.io/v1/selfsubjectreviews", {})
     assert review["status"]["userInfo"]["username"] == f"system:serviceaccount:{namespace}:gpu-operator"
 
-    wait_for(lambda: _state(client) == "ready", timeout=150, describe="the chart's ClusterPolicy ready")
+    wait_for(lambda: policy_state(client) == "ready", timeout=150, describe="the chart's ClusterPolicy ready")
     policy: JSON = client.get(ClusterPolicyResource, POLICY).to_dict()  # type: ignore[no-untyped-call]
     assert policy["status"]["namespace"] == namespace
     for name in OPERANDS:
@@ -159,7 +145,7 @@ def test_helm_install_runs_the_operator_as_a_pod(
         assert ds["status"]["numberReady"] == 2, name
     for node in (dgx, l4):
         assert simulator.node(node).workers, node
-    (pod,) = _operator_pods(client, namespace)
+    (pod,) = operator_pods(client, namespace)
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0  # no crash on the way (e.g. a 403)
 
     # The pod serves /metrics on its own address, as the container does on :8080.
@@ -181,33 +167,23 @@ def test_helm_install_runs_the_operator_as_a_pod(
     simulator.crash(cpu, namespace=namespace, program="operator")
 
     def restarted() -> bool:
-        (again,) = _operator_pods(client, namespace)
+        (again,) = operator_pods(client, namespace)
         (status,) = again["status"]["containerStatuses"]
-        return bool(status["restartCount"] == 1 and status["ready"]) and _state(client) == "ready"
+        return bool(status["restartCount"] == 1 and status["ready"]) and policy_state(client) == "ready"
 
     wait_for(restarted, timeout=30, describe="the operator container restarted and ready")
 
     local_cluster.helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "60s", timeout=90)
 
     def gone() -> bool:
-        left = [n for n in OPERANDS if _exists(client, DaemonSet, n, namespace)]
+        left = [n for n in OPERANDS if exists(client, DaemonSet, n, namespace)]
         return (
-            _state(client) is None
+            policy_state(client) is None
             and not left
-            and not _operator_pods(client, namespace)
-            and not _exists(client, ClusterRole, "gpu-operator", None)
-            and not _exists(client, ClusterRole, "nvidia-device-plugin", None)  # an operand's, owned by the policy
+            and not operator_pods(client, namespace)
+            and not exists(client, ClusterRole, "gpu-operator", None)
+            and not exists(client, ClusterRole, "nvidia-device-plugin", None)  # an operand's, owned by the policy
         )
 
     wait_for(gone, timeout=60, describe="the policy, its operands and the operator removed")
     assert not list(client.list(ClusterPolicyResource))
-
-
-def _exists(client: Client, kind: Any, name: str, namespace: str | None) -> bool:
-    try:
-        client.get(kind, name, namespace=namespace)
-    except ApiError as error:
-        if error.status.code == 404:
-            return False
-        raise
-    return True
