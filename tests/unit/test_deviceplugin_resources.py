@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from gpu_operator.agents.deviceplugin import allocation
+from gpu_operator.agents.deviceplugin import allocation, mps
 from gpu_operator.agents.deviceplugin.allocation import (
     AllocationError,
     Topology,
@@ -153,3 +155,20 @@ def test_replicas_distributed_and_packed() -> None:
         preferred_allocation(devices=devices, topology=Topology({}), available=available[:1], required=[], size=2)
     with pytest.raises(AllocationError, match="unknown device ids"):
         preferred_allocation(devices=devices, topology=Topology({}), available=["x"], required=[], size=1)
+
+
+def test_mps_shared_resources_wait_for_their_control_daemon(tmp_path: Path) -> None:
+    # Handing out MPS pipe settings with no daemon behind them breaks CUDA in the container.
+    text = f"sharing: {{mps: {{resources: [{{name: nvidia.com/gpu, replicas: 2}}]}}}}\nflags: {{mpsRoot: {tmp_path}}}"
+    settings = _settings(text)
+    resources = build_resources(devices=[gpu(0)], mig={}, settings=settings)
+    serve, waiting = mps.split_ready(resources, settings)
+    assert (serve, waiting) == ([], ["nvidia.com/gpu"])
+    assert mps.readiness(resources, settings) == (False,)
+    marker = mps.ready_marker(mps_root=str(tmp_path), resource="nvidia.com/gpu")
+    marker.parent.mkdir(parents=True)
+    marker.touch()
+    assert mps.split_ready(resources, settings) == (resources, [])
+    assert mps.readiness(resources, settings) == (True,)
+    plain = build_resources(devices=[gpu(0)], mig={}, settings=_settings())
+    assert mps.split_ready(plain, _settings()) == (plain, [])

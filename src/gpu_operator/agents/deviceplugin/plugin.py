@@ -16,6 +16,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
+from gpu_operator.agents.deviceplugin import mps
 from gpu_operator.agents.deviceplugin.allocation import Topology
 from gpu_operator.agents.deviceplugin.config import ConfigError, Settings
 from gpu_operator.agents.deviceplugin.health import HealthBook, XidPolicy
@@ -71,13 +72,24 @@ class DevicePlugin:
         if self._topology is None:
             self._topology = Topology.from_links(self.backend.topology())  # computed once at start
         self.health.set_mig_parents({m.uuid: (devices[i].uuid, m.gi_id) for i, ms in mig.items() for m in ms})
-        self._layout = _fingerprint(devices, mig)
-        return build_resources(devices=devices, mig=mig, settings=settings)
+        resources = build_resources(devices=devices, mig=mig, settings=settings)
+        self._layout = (_fingerprint(devices, mig), mps.readiness(resources, settings))
+        serve, waiting = mps.split_ready(resources, settings)
+        if waiting:
+            log.warning(
+                "%s: not advertising %s: MPS sharing needs a control daemon, and none is ready (%s missing)",
+                self.name, ", ".join(waiting), mps.ready_marker(mps_root=settings.mps_root, resource=waiting[0]),
+            )  # fmt: skip
+        return serve
 
     def _layout_changed(self) -> bool:
         devices = list(self.backend.devices())
         mig = {d.index: list(self.backend.mig_devices(d.index)) for d in devices if d.mig_enabled}
-        return _fingerprint(devices, mig) != self._layout
+        ready: tuple[bool, ...] = ()
+        if self.settings is not None and self.settings.sharing_mode == "mps":
+            resources = build_resources(devices=devices, mig=mig, settings=self.settings)
+            ready = mps.readiness(resources, self.settings)
+        return (_fingerprint(devices, mig), ready) != self._layout
 
     # -- servers -------------------------------------------------------------------------------------
 
@@ -185,6 +197,8 @@ class DevicePlugin:
             return self._layout_changed()
         except GpuError:
             return False
+        except LayoutError:
+            return True  # the new layout does not fit the config: the rebuild says why
 
     def _resources(self) -> list[Resource]:
         assert self.settings is not None
