@@ -19,9 +19,11 @@ if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
   exit 0
 fi
 
+# shellcheck source=lib/gobuild.sh
+source "$here/lib/gobuild.sh"
+who=build-kube
 need=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd helm)
-missing=()
-for b in "${need[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
+mapfile -t missing < <(missing_binaries "$bin" "${need[@]}")
 if [ ${#missing[@]} -eq 0 ]; then
   echo "$bin"
   exit 0
@@ -40,36 +42,14 @@ build-kube:   set KUBEBUILDER_ASSETS to use envtest binaries instead; go's outpu
 EOF
 
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -trimpath"
-ldflags="-s -w"
-total=${#missing[@]}
-i=0
+gb_total=${#missing[@]}
 start=$(date +%s)
-build() {  # build MODULE_DIR OUTPUT PACKAGE ESTIMATE [extra ldflags]
-  local dir=$1 out=$2 pkg=$3 estimate=$4 extra=${5:-} t0
-  [ -x "$bin/$out" ] && return 0
-  i=$((i + 1))
-  echo "build-kube: [$i/$total] building $out ($pkg, $estimate)" >&2
-  t0=$(date +%s)
-  echo "=== $out: go build $pkg" >>"$log"
-  if ! (cd "$here/$dir" && go build -ldflags "$ldflags $extra" -o "$bin/$out.tmp" "$pkg") >>"$log" 2>&1; then
-    rm -f "$bin/$out.tmp"
-    echo "build-kube: building $out failed; the end of $log:" >&2
-    tail -n 40 "$log" >&2
-    exit 1
-  fi
-  mv "$bin/$out.tmp" "$bin/$out"
-  echo "build-kube: [$i/$total] $out built in $(($(date +%s) - t0)) s" >&2
-  # The cold build's cost, kept beside the binaries for `make bench` (BENCHMARKS.md, "Cold builds").
-  printf '%s\t%s\t%s\n' "$out" "$(($(date +%s) - t0))" "$(date -u +%Y-%m-%dT%H:%MZ)" >>"$(dirname "$bin")/build-times.tsv"
-}
-# Version stamps so `kubectl version` and the apiserver report the real release, not v0.0.0.
-kv="-X k8s.io/component-base/version.gitVersion=${kube_version} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$kube_version" | cut -d. -f2)"
-kv="$kv -X k8s.io/client-go/pkg/version.gitVersion=${kube_version}"
-build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "~7 min" "$kv"
-build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "~2.5 min" "$kv"
-build kube kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "~15 s" "$kv"
-build kube kubectl k8s.io/kubernetes/cmd/kubectl "~30 s" "$kv"
-build etcd etcd go.etcd.io/etcd/server/v3 "~1 min"
-build helm helm helm.sh/helm/v3/cmd/helm "~2 min" "-X helm.sh/helm/v3/internal/version.version=${helm_version}"
+kv="$(kube_version_ldflags "$kube_version")"
+go_build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "~7 min" "" "$kv"
+go_build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "~2.5 min" "" "$kv"
+go_build kube kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "~15 s" "" "$kv"
+go_build kube kubectl k8s.io/kubernetes/cmd/kubectl "~30 s" "" "$kv"
+go_build etcd etcd go.etcd.io/etcd/server/v3 "~1 min" ""
+go_build helm helm helm.sh/helm/v3/cmd/helm "~2 min" "" "-X helm.sh/helm/v3/internal/version.version=${helm_version}"
 echo "build-kube: done in $(($(date +%s) - start)) s" >&2
 echo "$bin"

@@ -11,26 +11,9 @@ have_both() {
 }
 
 if ! have_both; then
-  sudo=()
-  if [[ $(id -u) -ne 0 ]]; then
-    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-      sudo=(sudo -n)
-    else
-      echo "install-prometheus.sh: root needed to install the prometheus package" >&2
-      exit 1
-    fi
-  fi
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-prometheus.sh: no apt-get here; install prometheus and promtool by other means" >&2
-    exit 1
-  fi
-  echo "install-prometheus.sh: installing Debian's prometheus package" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  # A fresh machine may have no package lists yet: refresh them only when the first attempt fails.
-  if ! "${sudo[@]}" apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1; then
-    "${sudo[@]}" apt-get update -qq >/dev/null
-    "${sudo[@]}" apt-get install -y --no-install-recommends prometheus >/dev/null
-  fi
+  # shellcheck source=lib/apt-install.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/apt-install.sh"
+  apt_install install-prometheus.sh prometheus
   # The package may start its own service on :9090 where an init system runs; the tests never use
   # it (they start their own server on a free port), so it is left alone.
   have_both || { echo "install-prometheus.sh: prometheus/promtool still missing after install" >&2; exit 1; }

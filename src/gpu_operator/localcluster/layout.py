@@ -57,14 +57,19 @@ class Ports:
 
     @classmethod
     def allocate(cls) -> Ports:
-        """Five distinct ports the kernel reports free right now (held open together while choosing)."""
-        with ExitStack() as stack:
-            numbers: list[int] = []
-            for _ in range(5):
-                sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-                sock.bind((HOST, 0))
-                numbers.append(int(sock.getsockname()[1]))
-        return cls(*numbers)
+        """Five distinct ports the kernel reports free right now."""
+        return cls(*free_ports(5))
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 free right now (held open together while choosing)."""
+    with ExitStack() as stack:
+        numbers: list[int] = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((HOST, 0))
+            numbers.append(int(sock.getsockname()[1]))
+    return numbers
 
 
 @dataclass(frozen=True)

@@ -78,11 +78,14 @@ async def main(ctx: AgentContext) -> None:
     stop = asyncio.Event()
     task = asyncio.create_task(plugin.run(stop=stop))
     ticks = 0
+    published: Settings | None = None
     try:
         while not await ctx.sleep(0.5):
-            if ticks % CDI_REFRESH_TICKS == 0:
+            settings = plugin.settings  # what the plugin serves with (it re-reads the config itself)
+            if settings is not None and (settings is not published or ticks % CDI_REFRESH_TICKS == 0):
                 # The devices the Allocate responses name must exist in a CDI spec before a pod asks.
-                await asyncio.to_thread(_publish_cdi, ctx, await configs.settings())
+                await asyncio.to_thread(_publish_cdi, ctx, settings)
+                published = settings
             ticks += 1
             ctx.set_ready(bool(plugin.servers) and plugin.registrations > 0)
             if task.done():

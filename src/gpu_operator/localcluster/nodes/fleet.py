@@ -8,13 +8,12 @@ end of a test, and the same cleanup runs at the next start when the process was 
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 from pathlib import Path
 
 from gpu_operator.localcluster import pki
+from gpu_operator.localcluster.layout import free_ports
 from gpu_operator.localcluster.nodes import images as node_images
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
 from gpu_operator.localcluster.nodes.fakehost import PciFunction
@@ -24,17 +23,6 @@ from gpu_operator.localcluster.nodes.spec import NodeSpec
 from gpu_operator.localcluster.process import ProcessStartError
 
 NODE_NAME_PREFIX = "real-node-"
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free right now (held open together while choosing)."""
-    with ExitStack() as stack:
-        numbers = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("127.0.0.1", 0))
-            numbers.append(int(sock.getsockname()[1]))
-    return numbers
 
 
 class RealNodes:

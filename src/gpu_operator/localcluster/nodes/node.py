@@ -59,6 +59,8 @@ class RealNode:
         self.binaries = binaries
         self.pci_functions = list(pci_functions)
         self.processes: dict[str, ManagedProcess] = {}
+        #: What each role runs (before the cgroup wrapper), to start it again.
+        self._commands: dict[str, list[str]] = {}
         #: Seconds from ``start()`` to each milestone.
         self.timings: dict[str, float] = {}
 
@@ -138,6 +140,7 @@ class RealNode:
         self.timings["kubelet-started"] = time.monotonic() - begin
 
     def _launch(self, role: str, argv: Sequence[str]) -> ManagedProcess:
+        self._commands[role] = list(argv)
         process = ManagedProcess(
             name=f"{self.spec.name}/{role}",
             argv=in_cgroup(cgroup=self.spec.runtime_cgroup, argv=argv),
@@ -182,9 +185,8 @@ class RealNode:
 
     def restart_kubelet(self) -> None:
         """Stop the kubelet and start it again (its pods keep running under containerd)."""
-        kubelet = self.processes.pop("kubelet")
-        kubelet.stop()
-        self._launch("kubelet", kubelet.argv[4:])
+        self.processes.pop("kubelet").stop()
+        self._launch("kubelet", self._commands["kubelet"])
 
     def stop(self) -> None:
         """Stop the kubelet, then kill everything left in the node's cgroups."""
