@@ -76,7 +76,17 @@ def _identities(pids: set[int]) -> dict[int, str]:
 
 
 def _still_running(identities: dict[int, str]) -> list[int]:
-    return [pid for pid, start in identities.items() if process_start(pid) == start]
+    """The processes that still run: killed ones whose new parent (init) has not reaped them yet are
+    zombies, which hold nothing but their pid."""
+    return [pid for pid, start in identities.items() if process_start(pid) == start and not _zombie(pid)]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # gone meanwhile
+    return state in ("Z", "X")
 
 
 @pytest.mark.timeout(300)
