@@ -6,9 +6,16 @@
  * layouts are NVML's own. Everything else is missing on purpose: pynvml then raises
  * NVMLError_FunctionNotFound, so a backend that starts calling something new fails loudly here.
  *
- * State comes from a key=value file named by FAKE_NVML_CONFIG, read on the first nvmlInit of the
- * process (no file: nvmlInit answers NVML_ERROR_DRIVER_NOT_LOADED). Keys (see build.sh for a sample):
+ * State comes from a key=value file read on the first successful nvmlInit of the process: the one
+ * FAKE_NVML_CONFIG names, else <root>/lib/firmware/nvidia/<version>/fake-nvml.conf, where <root> is
+ * the driver root the library itself sits in (its directory less /usr/lib/<triplet>, /usr/lib64, ...).
+ * That is how an installed fake driver finds its GPUs without any environment: in an operand that
+ * loads it from /host/run/nvidia/driver, and in a workload container where CDI mounted the library
+ * and the firmware directory. No file: nvmlInit answers NVML_ERROR_DRIVER_NOT_LOADED.
+ * Keys (see build.sh for a sample):
  *   driver_version, cuda_driver_version (e.g. 12040), device_count, init_error,
+ *   device_nodes=1: like the real driver, need <root>/dev/nvidiactl (else DRIVER_NOT_LOADED) and
+ *     show only the GPUs whose <root>/dev/nvidia<minor> exists (a container sees its own GPUs only),
  *   device.N.{name,uuid,serial,board_part_number,pci_bus_id,pci_device_id,memory_mib,reserved_mib,
  *             cc (e.g. 9.0),arch,numa_node,minor,mig_capable,mig_mode,mig_reset_required,power_mw,
  *             temperature,memory_temperature,utilization,sm_clock,mem_clock,energy_mj,nvlink}
@@ -17,16 +24,24 @@
  *   topology.A.B = nvmlGpuTopologyLevel_t value (default NVML_TOPOLOGY_SYSTEM)
  *   event.xid = N:XID   (delivered to the first event set that registers GPU N for XID events)
  *
+ * Faults at run time, across processes: lines appended to fake-nvml.faults beside the config file,
+ * read on each device count and during event waits (at most FAULT_POLL_MS late):
+ *   xid <uuid> <code>   an XID event (79, "fallen off the bus", also makes the GPU lost)
+ *   lost <uuid>         the GPU stops answering;  recover <uuid>: it answers again
+ * A process that starts later applies the lost/recover state but not old XID events.
  * Tests drive faults through extra exported functions (not part of NVML): fakeNvmlInjectXid,
  * fakeNvmlSetLost, fakeNvmlResetGpu, fakeNvmlSetUtilization. All state sits behind one mutex; event
  * waits block on a condition variable, so an injected XID wakes a waiting thread at once.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "nvml.h"
@@ -38,6 +53,8 @@
 #define MAX_SETS 8
 #define QUEUE_LEN 64
 #define MIB (1024ULL * 1024ULL)
+#define FAULT_POLL_MS 200
+#define PATH_LEN 4096
 
 struct nvmlDevice_st { unsigned dev; int mig; unsigned slot; };
 struct nvmlGpuInstance_st { unsigned dev; unsigned slot; };
@@ -94,6 +111,11 @@ static int g_topology[MAX_DEVICES][MAX_DEVICES];
 static int g_boot_xid_dev = -1;
 static unsigned long long g_boot_xid;
 static struct timespec g_started;
+static int g_device_nodes;
+static char g_root[PATH_LEN / 2];   /* the driver root the library sits in; "" is / */
+static char g_faults[PATH_LEN]; /* the faults file beside the config; "" when there is none */
+static long g_faults_offset;
+static void poll_faults(int replay);
 static struct nvmlDevice_st g_phys[MAX_DEVICES];
 static struct nvmlDevice_st g_mig[MAX_DEVICES][MAX_GI];
 static struct nvmlGpuInstance_st g_gi_handles[MAX_DEVICES][MAX_GI];
@@ -157,6 +179,7 @@ static void set_key(const char *key, const char *value) {
     else if (!strcmp(key, "cuda_driver_version")) g_cuda = atoi(value);
     else if (!strcmp(key, "device_count")) g_count = (unsigned)atoi(value) > MAX_DEVICES ? MAX_DEVICES : (unsigned)atoi(value);
     else if (!strcmp(key, "init_error")) g_init_error = atoi(value);
+    else if (!strcmp(key, "device_nodes")) g_device_nodes = atoi(value);
     else if (!strcmp(key, "event.xid")) { if (sscanf(value, "%d:%llu", &g_boot_xid_dev, &g_boot_xid) != 2) g_boot_xid_dev = -1; }
     else if (sscanf(key, "topology.%u.%u%n", &a, &b, &consumed) == 2 && a < MAX_DEVICES && b < MAX_DEVICES)
         g_topology[a][b] = g_topology[b][a] = atoi(value);
@@ -164,10 +187,74 @@ static void set_key(const char *key, const char *value) {
         set_device_key(&g_devs[a], key + consumed, value);
 }
 
+/* The driver root: the library's own directory (symlinks resolved) less its library folder. */
+static void find_root(void) {
+    static const char *folders[] = {"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
+                                    "/lib/x86_64-linux-gnu", "/usr/lib", "/lib64", "/lib", NULL};
+    Dl_info info;
+    char path[PATH_LEN];
+    if (!dladdr((void *)&nvmlInit_v2, &info) || !info.dli_fname) return;
+    if (!realpath(info.dli_fname, path)) copy_field(path, sizeof path, info.dli_fname);
+    char *slash = strrchr(path, '/');
+    if (!slash) return;
+    *slash = 0;
+    size_t n = strlen(path);
+    for (const char **f = folders; *f; f++) {
+        size_t k = strlen(*f);
+        if (n >= k && !strcmp(path + n - k, *f)) { path[n - k] = 0; break; }
+    }
+    copy_field(g_root, sizeof g_root, path);
+}
+
+static FILE *open_config(char *used, size_t size) {
+    const char *env = getenv("FAKE_NVML_CONFIG");
+    if (env && *env) { copy_field(used, size, env); return fopen(env, "r"); }
+    char dir[PATH_LEN * 3 / 4];
+    snprintf(dir, sizeof dir, "%s/lib/firmware/nvidia", g_root);
+    DIR *d = opendir(dir);
+    FILE *f = NULL;
+    for (struct dirent *e; d && !f && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(used, size, "%s/%s/fake-nvml.conf", dir, e->d_name);
+        f = fopen(used, "r");
+    }
+    if (d) closedir(d);
+    return f;
+}
+
+static int char_device(const char *name) {
+    char path[PATH_LEN];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/dev/%s", g_root, name);
+    return stat(path, &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+/* Keep only the GPUs whose device node exists, renumbered as NVML numbers what a process can open. */
+static void keep_visible(void) {
+    static int old_topology[MAX_DEVICES][MAX_DEVICES];
+    int from[MAX_DEVICES];
+    unsigned kept = 0;
+    memcpy(old_topology, g_topology, sizeof g_topology);
+    for (unsigned i = 0; i < g_count; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "nvidia%d", g_devs[i].minor);
+        if (!char_device(name)) continue;
+        if (kept != i) g_devs[kept] = g_devs[i];
+        from[kept++] = (int)i;
+    }
+    for (unsigned a = 0; a < kept; a++)
+        for (unsigned b = 0; b < kept; b++) g_topology[a][b] = old_topology[from[a]][from[b]];
+    g_count = kept;
+}
+
 static nvmlReturn_t load_config(void) {
-    const char *path = getenv("FAKE_NVML_CONFIG");
-    FILE *f = path ? fopen(path, "r") : NULL;
+    char used[PATH_LEN] = "";
+    find_root();
+    FILE *f = open_config(used, sizeof used);
     if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
+    memset(g_devs, 0, sizeof g_devs);
+    g_count = 0;
+    g_device_nodes = 0;
     for (unsigned i = 0; i < MAX_DEVICES; i++) {
         for (unsigned j = 0; j < MAX_DEVICES; j++) g_topology[i][j] = i == j ? NVML_TOPOLOGY_INTERNAL : NVML_TOPOLOGY_SYSTEM;
         g_phys[i] = (struct nvmlDevice_st){i, 0, 0};
@@ -187,8 +274,14 @@ static nvmlReturn_t load_config(void) {
         set_key(line, eq + 1);
     }
     fclose(f);
+    if (g_device_nodes && !char_device("nvidiactl")) return NVML_ERROR_DRIVER_NOT_LOADED; /* retried next init */
+    if (g_device_nodes) keep_visible();
+    char *slash = strrchr(used, '/');
+    if (slash) snprintf(g_faults, sizeof g_faults, "%.*s/fake-nvml.faults", (int)(slash - used), used);
+    g_faults_offset = 0;
     clock_gettime(CLOCK_MONOTONIC, &g_started);
     g_loaded = 1;
+    poll_faults(1);
     return NVML_SUCCESS;
 }
 
@@ -304,6 +397,7 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) { LOCKED(
 static nvmlReturn_t get_count(unsigned *count) {
     nvmlReturn_t r = ready();
     if (r) return r;
+    poll_faults(0);
     *count = g_count;
     return NVML_SUCCESS;
 }
@@ -861,16 +955,27 @@ static nvmlReturn_t register_events(nvmlDevice_t h, unsigned long long types, nv
 
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set) { LOCKED(register_events(device, eventTypes, set)); }
 
+static int before(const struct timespec *a, const struct timespec *b) {
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+static struct timespec after_ms(struct timespec t, unsigned ms) {
+    t.tv_sec += ms / 1000;
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) { t.tv_sec++; t.tv_nsec -= 1000000000L; }
+    return t;
+}
+
+/* Waits in slices of FAULT_POLL_MS so that faults written by another process arrive while waiting. */
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t s, nvmlEventData_t *data, unsigned int timeoutms) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += timeoutms / 1000;
-    deadline.tv_nsec += (long)(timeoutms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) { deadline.tv_sec++; deadline.tv_nsec -= 1000000000L; }
+    struct timespec now, deadline, slice;
+    clock_gettime(CLOCK_REALTIME, &now);
+    deadline = after_ms(now, timeoutms);
     pthread_mutex_lock(&g_mu);
     nvmlReturn_t r = ready();
     while (!r) {
         if (!s || s->id >= MAX_SETS || !g_sets[s->id].used) { r = NVML_ERROR_INVALID_ARGUMENT; break; }
+        poll_faults(0);
         event_set *set = &g_sets[s->id];
         if (set->lost_pending) { set->lost_pending = 0; r = NVML_ERROR_GPU_IS_LOST; break; }
         if (set->len) {
@@ -884,10 +989,10 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t s, nvmlEventData_t *data, unsign
             data->computeInstanceId = e->ci;
             break;
         }
-        if (pthread_cond_timedwait(&g_cv, &g_mu, &deadline) == ETIMEDOUT) {
-            r = set->len || set->lost_pending ? NVML_SUCCESS : NVML_ERROR_TIMEOUT;
-            if (r) break;
-        }
+        clock_gettime(CLOCK_REALTIME, &now);
+        if (!before(&now, &deadline)) { r = NVML_ERROR_TIMEOUT; break; }
+        slice = after_ms(now, FAULT_POLL_MS);
+        pthread_cond_timedwait(&g_cv, &g_mu, before(&slice, &deadline) ? &slice : &deadline);
         r = ready();
     }
     pthread_mutex_unlock(&g_mu);
@@ -946,3 +1051,47 @@ static nvmlReturn_t set_util(unsigned index, unsigned pct) {
 }
 
 int fakeNvmlSetUtilization(unsigned index, unsigned pct) { LOCKED(set_util(index, pct)); }
+
+/* ---- faults from the faults file (caller holds g_mu) ------------------------------------------ */
+
+static int by_uuid(const char *uuid) {
+    for (unsigned i = 0; i < g_count; i++)
+        if (!strcmp(g_devs[i].uuid, uuid)) return (int)i;
+    return -1;
+}
+
+static void apply_fault(const char *line, int replay) {
+    char verb[16], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    unsigned long long code = 0;
+    int n = sscanf(line, "%15s %79s %llu", verb, uuid, &code);
+    int index = n >= 2 ? by_uuid(uuid) : -1;
+    if (index < 0) return; /* not one of this process's GPUs */
+    if (!strcmp(verb, "xid") && n == 3) {
+        if (!replay) inject((unsigned)index, code, 0xFFFFFFFFu, 0xFFFFFFFFu);
+        if (code == 79) set_lost((unsigned)index, 1);
+    } else if (!strcmp(verb, "lost")) {
+        set_lost((unsigned)index, 1);
+    } else if (!strcmp(verb, "recover")) {
+        set_lost((unsigned)index, 0);
+    }
+}
+
+static void poll_faults(int replay) {
+    struct stat st;
+    if (!g_faults[0] || stat(g_faults, &st) != 0) return;
+    if (st.st_size < g_faults_offset) { g_faults_offset = 0; replay = 1; } /* rewritten: state only */
+    if (st.st_size == g_faults_offset) return;
+    FILE *f = fopen(g_faults, "r");
+    if (!f) return;
+    char line[256];
+    if (fseek(f, g_faults_offset, SEEK_SET) == 0) {
+        while (fgets(line, sizeof line, f)) {
+            size_t n = strlen(line);
+            if (line[n - 1] != '\n') break; /* a line still being written: read it whole next time */
+            g_faults_offset += (long)n;
+            line[n - 1] = 0;
+            apply_fault(line, replay);
+        }
+    }
+    fclose(f);
+}

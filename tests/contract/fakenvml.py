@@ -1,106 +1,18 @@
-"""The fake NVML library for tests: building it, and writing its config from a simulated node.
-
-The config mirrors a ``SimulatedBackend`` of the same profile, seed and node name (UUIDs, serials,
-PCI addresses, MIG profiles, NVLink and PCIe topology), so the NVML backend over the fake must report
-exactly what the simulated backend reports; the contract checks compare the two.
-"""
+"""The fake NVML library for the contract tier: built into a test's directory, with a config file."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpu_operator.gpu.catalog import NodeProfile
-from gpu_operator.gpu.simulated import SimulatedBackend
-from gpu_operator.gpu.types import LinkType
+from gpu_operator.sim.fakedriver.build import LIBRARY, compile_into
+from gpu_operator.sim.fakedriver.config import config_lines, write_config
 
 REPO = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO / "hack" / "fake-nvml" / "build.sh"
-LIBRARY = "libnvidia-ml.so.1"
 
-_ARCH = {"kepler": 2, "maxwell": 3, "pascal": 4, "volta": 5, "turing": 6, "ampere": 7, "ada-lovelace": 8}
-_ARCH |= {"hopper": 9, "blackwell": 10, "rubin": 13}
-_LEVEL = {
-    LinkType.SAME_BOARD: 0,
-    LinkType.SINGLE_SWITCH: 10,
-    LinkType.MULTI_SWITCH: 20,
-    LinkType.HOST_BRIDGE: 30,
-    LinkType.SAME_CPU: 40,
-    LinkType.CROSS_CPU: 50,
-}
-_NVSWITCHES = 4  # NVLinks of a GPU spread over this many NVSwitch bus addresses
+__all__ = ["LIBRARY", "REPO", "build", "config_lines", "write_config"]
 
 
 def build(outdir: Path, *, omit: Sequence[str] = ()) -> Path:
     """Compile the fake into ``outdir`` (leaving out the exported symbols ``omit``); its directory."""
-    result = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), str(outdir), *omit],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        env={**os.environ, "PYTHON": sys.executable},  # find nvml.h in the environment running the tests
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"building the fake NVML library failed:\n{result.stdout}{result.stderr}")
-    return outdir
-
-
-def config_lines(*, profile: NodeProfile, seed: int = 0, node_name: str = "") -> list[str]:
-    """``key=value`` lines describing the node that ``SimulatedBackend(profile, seed, node_name)`` is."""
-    sim = SimulatedBackend(profile=profile, seed=seed, node_name=node_name)
-    model = profile.model
-    lines = [f"driver_version={profile.driver_version}", f"device_count={profile.gpu_count}"]
-    major, minor = profile.cuda_driver_version
-    lines.append(f"cuda_driver_version={major * 1000 + minor * 10}")
-    if model is None:
-        return lines
-    nvswitch = profile.nvswitch and model.nvlinks > 0
-    for d in sim.devices():
-        key = f"device.{d.index}."
-        lines += [
-            f"{key}name={d.name}",
-            f"{key}uuid={d.uuid}",
-            f"{key}serial={d.serial}",
-            f"{key}board_part_number={d.board_part_number}",
-            f"{key}pci_bus_id={d.pci_bus_id}",
-            f"{key}pci_device_id={d.pci_device_id:#x}",
-            f"{key}memory_mib={d.memory_mib}",
-            f"{key}reserved_mib={model.reserved_mib}",
-            f"{key}cc={d.compute_capability[0]}.{d.compute_capability[1]}",
-            f"{key}arch={_ARCH[d.architecture]}",
-            f"{key}numa_node={d.numa_node}",
-            f"{key}minor={d.minor_number}",
-            f"{key}mig_capable={int(d.mig_capable)}",
-            f"{key}mig_mode={int(d.mig_enabled)}",
-            f"{key}mig_reset_required={int(model.mig_reset_required)}",
-            f"{key}power_mw={int(model.idle_w * 1000)}",
-            f"{key}temperature=31",
-            f"{key}memory_temperature=35",
-            f"{key}sm_clock={model.sm_clock_mhz[0]}",
-            f"{key}mem_clock={model.mem_clock_mhz}",
-            f"{key}energy_mj={1_000_000 + d.index}",
-        ]
-        if nvswitch:
-            remotes = [f"00000000:{0xC0 + link % _NVSWITCHES:02X}:00.0" for link in range(model.nvlinks)]
-            lines.append(f"{key}nvlink={','.join(remotes)}")
-        for p in d.mig_profiles:
-            row = [p.profile_id, p.slices, p.max_count, p.memory_mib, p.multiprocessors, p.copy_engines]
-            row += [p.decoders, p.encoders, p.jpegs, p.ofas]
-            lines.append(f"{key}gi_profile.{p.nvml_profile}={','.join(map(str, row))}")
-    for link in profile.links():
-        if link.type is not LinkType.NVLINK:
-            lines.append(f"topology.{link.a}.{link.b}={_LEVEL[link.type]}")
-    sim.close()
-    return lines
-
-
-def write_config(
-    path: Path, *, profile: NodeProfile, seed: int = 0, node_name: str = "", extra: Sequence[str] = ()
-) -> Path:
-    """Write the config for ``profile`` (plus ``extra`` lines) to ``path``."""
-    path.write_text("\n".join([*config_lines(profile=profile, seed=seed, node_name=node_name), *extra]) + "\n")
-    return path
+    return compile_into(outdir, omit=omit, checkout_root=REPO).directory

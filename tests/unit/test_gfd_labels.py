@@ -100,6 +100,9 @@ def test_sanitise_and_stale() -> None:
         **before,
         "nvidia.com/gpu.deploy.driver": "true",
         "nvidia.com/gpu.present": "true",
+        # The discovery agent's label (no NFD): GFD removing it made the operator drop every operand
+        # from a real GPU node a minute after GFD first ran.
+        "nvidia.com/gpu.discovered": "true",
         "kubernetes.io/os": "linux",
     }
     after = compute_labels(_view(devices=[gpu(0)], mig={}, mig_strategy="mixed"))

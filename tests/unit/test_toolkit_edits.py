@@ -172,3 +172,20 @@ def test_jsonedit_keeps_untouched_members_byte_for_byte() -> None:
     assert docker.remove_member(edited, path=["c"], key="y") == source
     assert docker.remove_member(source, path=[], key="a") == '{"b" : [1,2],\n "c": {"x": true}}'
     assert docker.set_member(source, path=[], key="a", value=1) == source
+
+
+def test_version_4_config_of_containerd_2_3_gets_the_runtime_without_enable_cdi() -> None:
+    # The config a containerd 2.4 node runs with (localcluster's real nodes write this shape).
+    source = (
+        'version = 4\n[plugins."io.containerd.cri.v1.runtime".containerd]\ndefault_runtime_name = "runc"\n'
+        '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\nruntime_type = "io.containerd.runc.v2"\n'
+        '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]\nSystemdCgroup = false\n'
+    )
+    settings = ContainerdSettings(runtimes=(NVIDIA,), enable_cdi=True)
+    text, previous = containerd.configure_in_place(source, path="config.toml", settings=settings)
+    runtime = _plain(text)["plugins"]["io.containerd.cri.v1.runtime"]  # type: ignore[index]
+    nvidia = runtime["containerd"]["runtimes"]["nvidia"]
+    assert nvidia["options"] == {"SystemdCgroup": False, "BinaryName": NVIDIA.binary}
+    assert "enable_cdi" not in runtime  # CDI is always on from version 4: the key no longer exists
+    assert previous == {}
+    assert containerd.runtime_names(tomlkit.parse(text), version=4) >= {"runc", "nvidia"}

@@ -57,6 +57,36 @@ class LightkubeNode:
         await self._api().apply(codecs.from_dict(dict(body)), field_manager=FIELD_MANAGER, force=True)
 
 
+_MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
+
+
+def resolve_under(root: Path, node_path: str) -> Path:
+    """``node_path`` of the host mounted at ``root``, its symlinks followed as the host would follow
+    them: an absolute target (``/var/run`` -> ``/run``) starts again at ``root``, never at this
+    container's ``/``, and ``..`` never leaves ``root``. Parts that do not exist are kept as given."""
+    pending = [part for part in node_path.split("/") if part and part != "."]
+    resolved: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        candidate = root.joinpath(*resolved, part)
+        if not candidate.is_symlink():
+            resolved.append(part)
+            continue
+        hops += 1
+        if hops > _MAX_LINKS:
+            raise OSError(f"too many levels of symbolic links under {root} resolving {node_path}")
+        target = str(candidate.readlink())
+        if target.startswith("/"):
+            resolved = []
+        pending = [p for p in target.split("/") if p and p != "."] + pending
+    return root.joinpath(*resolved)
+
+
 @dataclass
 class HostContext:
     """AgentContext for a program running in a real container."""
@@ -80,7 +110,7 @@ class HostContext:
         return Path(container_path)
 
     def host_path(self, node_path: str) -> Path:
-        return Path(self.env.get("HOST_ROOT", "/host")) / node_path.lstrip("/")
+        return resolve_under(Path(self.env.get("HOST_ROOT", "/host")), node_path)
 
     def set_ready(self, ready: bool = True) -> None:
         # A readiness probe can check this file (exec: test -f).

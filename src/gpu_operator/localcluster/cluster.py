@@ -42,6 +42,7 @@ from gpu_operator.localcluster.layout import SERVICE_IP, Layout, Ports, server_u
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries, locate_node_binaries
 from gpu_operator.localcluster.nodes.fakehost import PciFunction
 from gpu_operator.localcluster.nodes.fleet import RealNodes
+from gpu_operator.localcluster.nodes.spec import NodeSetup
 from gpu_operator.localcluster.pki import CertificateAuthority
 from gpu_operator.localcluster.process import ManagedProcess, ProcessStartError, SigtermAsExit, poll_until, stop_all
 from gpu_operator.localcluster.tools import component_env, run_tool
@@ -70,6 +71,7 @@ class LocalCluster:
         node_images: Sequence[Path] = (),
         node_binaries: NodeBinaries | None = None,
         node_hardware: Sequence[Sequence[PciFunction]] = (),
+        node_setups: Sequence[NodeSetup] = (),
     ) -> None:
         self.name = name
         self.start_timeout = start_timeout
@@ -82,6 +84,8 @@ class LocalCluster:
         self.node_images = list(node_images)
         #: Fake PCI functions of each real node in order (the rest show the host's real tree).
         self.node_hardware = [list(h) for h in node_hardware]
+        #: What each real node gets before it starts, in order (e.g. a fake driver: ``sim.fakedriver``).
+        self.node_setups = list(node_setups)
         self._node_binaries = node_binaries
         #: The real kubelet nodes (``real_nodes`` > 0), once started.
         self.real_nodes: RealNodes | None = None
@@ -290,6 +294,7 @@ class LocalCluster:
             remove_data_dir=self._owns_data_dir and not self.keep_data_dir,
             images=self.node_images,
             hardware=self.node_hardware,
+            setups=self.node_setups,
         )
         self.real_nodes.start(
             ca=ca,

@@ -22,6 +22,8 @@ Runtime = Literal["containerd", "crio", "docker"]
 
 NFD_PREFIX = "feature.node.kubernetes.io/"
 GPU_PRESENT = "nvidia.com/gpu.present"
+#: Written by the discovery agent (no NFD): whether the node's PCI tree shows an NVIDIA GPU.
+GPU_DISCOVERED = "nvidia.com/gpu.discovered"
 #: NFD PCI labels that mark an NVIDIA GPU (vendor-only, 3D controller, VGA), node-labels.md §1.
 NFD_GPU_LABELS = (
     "feature.node.kubernetes.io/pci-10de.present",

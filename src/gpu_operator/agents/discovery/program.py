@@ -15,9 +15,10 @@ import logging
 
 from gpu_operator.agents.discovery.pci import nvidia_gpus
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.render.facts import GPU_DISCOVERED
 
 log = logging.getLogger(__name__)
-DISCOVERED = "nvidia.com/gpu.discovered"
+DISCOVERED = GPU_DISCOVERED
 DEFAULT_DEVICES = "/sys/bus/pci/devices"
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_operator.gpu.types import Device, MigDevice
+from gpu_operator.render.facts import GPU_DISCOVERED, GPU_PRESENT
 
 PREFIX = "nvidia.com/"
 
@@ -179,5 +180,10 @@ def stale_keys(*, current: Mapping[str, str], computed: Mapping[str, str]) -> li
         if k.startswith(PREFIX)
         and k[len(PREFIX) :].startswith(owned)
         and k not in computed
-        and not k.startswith((PREFIX + "gpu.deploy.", PREFIX + "gpu.present", PREFIX + "gpu.workload"))
+        and k not in _OTHER_WRITERS
+        and not k.startswith((PREFIX + "gpu.deploy.", PREFIX + "gpu.workload"))
     )
+
+
+#: Labels in GFD's ``gpu.`` family that other writers own: the operator's and the discovery agent's.
+_OTHER_WRITERS = frozenset({GPU_PRESENT, GPU_DISCOVERED})

@@ -1,4 +1,4 @@
-"""containerd configuration: the NVIDIA runtimes in config version 1, 2 and 3, in place or in a drop-in.
+"""containerd configuration: the NVIDIA runtimes in config version 1 to 4, in place or in a drop-in.
 
 Pure functions from a file's text to its new text. The CRI plugin's name follows the config's
 ``version`` (no version means 1; a missing or empty file starts as version 2). Each runtime we add
@@ -40,7 +40,8 @@ from gpu_operator.agents.toolkit.tomledit import (
 )
 
 CRI_PLUGIN: Mapping[int, str] = MappingProxyType(
-    {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+    # Version 4 (containerd 2.3+) keeps version 3's runtime plugin and tables.
+    {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime", 4: "io.containerd.cri.v1.runtime"}
 )
 RUNC_V2 = "io.containerd.runc.v2"
 # Keys of a copied runtime entry that belong to the original runtime only.
@@ -71,7 +72,7 @@ def config_version(doc: TOMLDocument, *, path: str, empty: bool) -> int:
         return 2
     value = doc.get("version", 1)
     if not isinstance(value, int) or value not in CRI_PLUGIN:
-        raise ConfigFileError(f"{path}: unsupported containerd config version {value!r} (1, 2 or 3); left untouched")
+        raise ConfigFileError(f"{path}: unsupported containerd config version {value!r} (1 to 4); left untouched")
     return value
 
 
@@ -137,7 +138,8 @@ def _apply(doc: TOMLDocument, version: int, settings: ContainerdSettings, *, pat
     if settings.default_runtime and containerd.get("default_runtime_name") != settings.default_runtime:
         previous["default_runtime_name"] = containerd.get("default_runtime_name", ABSENT)
         set_value(containerd, key="default_runtime_name", value=settings.default_runtime)
-    if settings.enable_cdi and cri.get("enable_cdi") is not True:
+    # From version 4 (containerd 2.3+) CDI is always on and enable_cdi is no longer a setting.
+    if settings.enable_cdi and version < 4 and cri.get("enable_cdi") is not True:
         previous["enable_cdi"] = cri.get("enable_cdi", ABSENT)
         set_value(cri, key="enable_cdi", value=True)
     return previous

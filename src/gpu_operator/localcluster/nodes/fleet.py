@@ -19,7 +19,7 @@ from gpu_operator.localcluster.nodes.binaries import NodeBinaries
 from gpu_operator.localcluster.nodes.fakehost import PciFunction
 from gpu_operator.localcluster.nodes.host import HostChanges
 from gpu_operator.localcluster.nodes.node import RealNode
-from gpu_operator.localcluster.nodes.spec import NodeSpec
+from gpu_operator.localcluster.nodes.spec import NodeSetup, NodeSpec
 from gpu_operator.localcluster.process import ProcessStartError
 
 NODE_NAME_PREFIX = "real-node-"
@@ -38,12 +38,15 @@ class RealNodes:
         images: Sequence[Path] = (),
         host: HostChanges | None = None,
         hardware: Sequence[Sequence[PciFunction]] = (),
+        setups: Sequence[NodeSetup] = (),
     ) -> None:
-        if len(hardware) > count:
-            raise ValueError(f"hardware for {len(hardware)} nodes, but {count} real nodes")
+        if len(hardware) > count or len(setups) > count:
+            raise ValueError(f"hardware or setup for more nodes than the {count} real nodes")
         self.count = count
         #: Node i's fake PCI functions (none: the host's real tree), e.g. ``sim.hardware.pci_functions``.
         self.hardware = [list(h) for h in hardware] + [[] for _ in range(count - len(hardware))]
+        #: What node i gets before it starts (a fake driver's files, say); none: nothing.
+        self.setups = [*setups, *(NodeSetup() for _ in range(count - len(setups)))]
         self.binaries = binaries
         self.data_dir = data_dir
         self.remove_data_dir = remove_data_dir
@@ -71,7 +74,7 @@ class RealNodes:
                 binaries=self.binaries, output=self.data_dir / "images" / "pause.oci.tar"
             )
             ports = free_ports(2 * self.count)
-            for index in range(1, self.count + 1):
+            for index, setup in enumerate(self.setups, start=1):
                 name = f"{NODE_NAME_PREFIX}{index}"
                 spec = NodeSpec(
                     name=name,
@@ -81,10 +84,13 @@ class RealNodes:
                     healthz_port=ports[2 * index - 1],
                     run_cgroup=ledger.run_cgroup,
                     fake_pci=bool(self.hardware[index - 1]),
+                    host_overlay=setup.host_overlay,
                 )
                 node = RealNode(spec=spec, binaries=self.binaries, pci_functions=self.hardware[index - 1])
                 self.nodes.append(node)
                 node.prepare(host=self.host, ca=ca, server=server, sandbox_image=node_images.PAUSE_IMAGE)
+                if setup.prepare is not None:
+                    setup.prepare(spec)
                 node.start(images=[pause, *self.images])
             self.timings["started"] = time.monotonic() - begin
             self._wait_ready(node_ready=node_ready, begin=begin, deadline=begin + timeout)

@@ -11,7 +11,9 @@ mount and network namespace, goes with its last process.
 from __future__ import annotations
 
 import contextlib
+import logging
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +25,8 @@ from gpu_operator.localcluster.nodes import spec as nodespec
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
 from gpu_operator.localcluster.nodes.host import HostChanges
 from gpu_operator.localcluster.process import ManagedProcess, ProcessStartError, poll_until
+
+log = logging.getLogger(__name__)
 
 NODE_GROUP = "system:nodes"
 #: containerd's socket inside a node's mount namespace.
@@ -63,6 +67,10 @@ class RealNode:
         self._commands: dict[str, list[str]] = {}
         #: Seconds from ``start()`` to each milestone.
         self.timings: dict[str, float] = {}
+        #: How many times containerd exited and was started again (see ``_keep_containerd_running``).
+        self.containerd_restarts = 0
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     # -- start -------------------------------------------------------------------------------------
 
@@ -75,6 +83,10 @@ class RealNode:
         spec.kubelet_dir.mkdir(parents=True, exist_ok=True)
         if spec.fake_pci:
             fakehost.write_pci_tree(spec.fake_pci_devices, functions=self.pci_functions)
+        for host_path in nodespec.OVERLAY_PATHS if spec.host_overlay else ():
+            host.make_dir(Path(host_path))  # an overlay's lower layer must exist
+            (spec.host_overlay_root / host_path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            spec.overlay_work(host_path).mkdir(parents=True, exist_ok=True)
         host.add_bridge(name=spec.bridge, address=spec.address, prefix=24)
         cgroups.create(spec.pods_cgroup)
         cgroups.create(spec.runtime_cgroup)
@@ -114,9 +126,11 @@ class RealNode:
         holder = self._launch("namespace", ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script])
         poll_until(spec.ready_file.exists, timeout=timeout, describe=f"{spec.name}'s mount namespace", watch=[holder])
         enter = ["nsenter", "--mount", f"--target={holder.pid}", "--"]
-        containerd = self._launch(
-            "containerd", [*enter, str(self.binaries.path("containerd")), "--config", "/etc/containerd/config.toml"]
-        )
+        # SIGHUP must end containerd as it does under systemd (the toolkit's "signal" restart relies on
+        # it, the watcher then starts it again), even when this process was started with SIGHUP ignored
+        # (nohup), which exec would pass on.
+        argv = [str(self.binaries.path("containerd")), "--config", "/etc/containerd/config.toml"]
+        containerd = self._launch("containerd", ["env", "--default-signal=HUP", *enter, *argv])
         poll_until(
             self._containerd_ready,
             timeout=timeout,
@@ -126,6 +140,8 @@ class RealNode:
             interval=0.05,
         )
         self.timings["containerd"] = time.monotonic() - begin
+        self._watcher = threading.Thread(target=self._keep_containerd_running, name=f"{spec.name}-containerd", daemon=True)
+        self._watcher.start()
         for archive in images:
             self.import_image(archive)
         self.timings["images"] = time.monotonic() - begin
@@ -150,6 +166,29 @@ class RealNode:
         self.processes[role] = process
         process.start()
         return process
+
+    def _keep_containerd_running(self) -> None:
+        """Start containerd again whenever it exits, as systemd's ``Restart=always`` does on a real host:
+        the toolkit makes containerd load its new config by signalling it to exit."""
+        while not self._stopping.wait(0.2):
+            process = self.processes.get("containerd")
+            if process is None or process.is_running() or self._stopping.is_set():
+                continue
+            self.containerd_restarts += 1
+            log.info("%s: containerd exited (%s); starting it again", self.spec.name, process.returncode)
+            self._launch("containerd", self._commands["containerd"])
+
+    def restart_containerd(self) -> None:
+        """Stop containerd (SIGTERM) and let the watcher start it again; its containers keep running."""
+        restarts = self.containerd_restarts
+        self.processes["containerd"].stop()
+        poll_until(lambda: self.containerd_restarts > restarts and self._containerd_ready(), timeout=60,
+                   describe=f"{self.spec.name}'s containerd back")
+
+    def view(self, path: str) -> Path:
+        """``path`` as this node's processes see it (through its namespace holder's root), for changing
+        what sits under an overlay or a private mount while the node runs."""
+        return Path(f"/proc/{self.processes['namespace'].pid}/root") / path.lstrip("/")
 
     # -- containerd --------------------------------------------------------------------------------
 
@@ -190,6 +229,9 @@ class RealNode:
 
     def stop(self) -> None:
         """Stop the kubelet, then kill everything left in the node's cgroups."""
+        self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=5.0)
         kubelet = self.processes.get("kubelet")
         if kubelet is not None:
             kubelet.stop(timeout=5.0)

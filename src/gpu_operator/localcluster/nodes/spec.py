@@ -18,6 +18,7 @@ A node on this host is told apart from its neighbours by
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,18 @@ PRIVATE_PATHS = (
     "/run/cdi",
     "/run/containerd",
     "/run/nvidia",
+    "/usr/local/nvidia",
     "/var/lib/cni",
     "/var/lib/containerd",
     "/var/lib/kubelet",
     "/var/log/containers",
     "/var/log/pods",
 )
+#: Host directories a node may overlay with files of its own (``NodeSpec.host_overlay``): what a
+#: driver installed on the host adds (device nodes, libraries, tools, firmware), seen by this node only.
+OVERLAY_PATHS = ("/dev", "/usr/lib/x86_64-linux-gnu", "/usr/bin", "/lib/firmware")
+#: Mounts under /dev that an overlay on /dev would hide: bound again on top of it.
+DEV_SUBMOUNTS = ("pts", "shm", "mqueue", "hugepages")
 CNI_BIN_DIR = "/usr/lib/cni"
 SYS_PCI_DEVICES = "/sys/bus/pci/devices"
 RUNC = "/usr/sbin/runc"
@@ -66,6 +73,8 @@ class NodeSpec:
     run_cgroup: str
     #: Whether the node's namespace shows a fake PCI tree (``fake_pci_devices``) instead of the host's.
     fake_pci: bool = False
+    #: Whether the namespace overlays ``OVERLAY_PATHS`` with ``host_overlay_root`` (host-installed files).
+    host_overlay: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.index <= 250:
@@ -122,9 +131,27 @@ class NodeSpec:
         return self.root / "fake-host" / "sys-bus-pci-devices"
 
     @property
+    def host_overlay_root(self) -> Path:
+        """Files this node adds to the host's ``/`` (e.g. ``dev/nvidia0``): the overlays' upper layers."""
+        return self.root / "host-overlay" / "upper"
+
+    def overlay_work(self, host_path: str) -> Path:
+        return self.root / "host-overlay" / "work" / private_dir_name(host_path)
+
+    @property
     def ready_file(self) -> Path:
         """Written by the namespace holder once every bind mount is in place."""
         return self.root / "namespace-ready"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSetup:
+    """What a caller gives one real node before it starts."""
+
+    #: Overlay ``OVERLAY_PATHS`` with the node's ``host_overlay_root`` (files "installed on the host").
+    host_overlay: bool = False
+    #: Called after the node's files and directories exist, before any of its processes starts.
+    prepare: Callable[[NodeSpec], None] | None = None
 
 
 def containerd_config(*, sandbox_image: str) -> str:
@@ -249,11 +276,28 @@ def kubelet_args(*, spec: NodeSpec, binary: Path, kubeconfig: Path, config: Path
 
 def namespace_script(*, spec: NodeSpec) -> str:
     """The shell script of a node's namespace holder: bind the private paths, say so, then wait."""
-    lines = ["set -e"]
+    # Shared, as systemd makes a host's "/": pods' HostToContainer and Bidirectional mounts (the
+    # operands' host root, the driver root) need it. Peers are this namespace's mounts only.
+    lines = ["set -e", "mount --make-rshared /"]
     for host_path in PRIVATE_PATHS:
         lines.append(f"mount --bind {spec.private(host_path)} {host_path}")
     if spec.fake_pci:
         lines.append(f"mount --bind {spec.fake_pci_devices} {SYS_PCI_DEVICES}")
+    if spec.host_overlay:
+        lines += _overlay_lines(spec)
     lines.append(f"touch {spec.ready_file}")
     lines.append("exec sleep infinity")
     return "\n".join(lines)
+
+
+def _overlay_lines(spec: NodeSpec) -> list[str]:
+    lines = []
+    kept = spec.root / "host-overlay" / "dev-submounts"
+    lines.append(f"mkdir -p {kept} && mount --rbind /dev {kept}")
+    for host_path in OVERLAY_PATHS:
+        upper = spec.host_overlay_root / host_path.lstrip("/")
+        work = spec.overlay_work(host_path)
+        lines.append(f"mount -t overlay overlay -o lowerdir={host_path},upperdir={upper},workdir={work} {host_path}")
+    for sub in DEV_SUBMOUNTS:
+        lines.append(f"if mountpoint -q {kept}/{sub}; then mount --rbind {kept}/{sub} /dev/{sub}; fi")
+    return lines
