@@ -977,8 +977,8 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t s, nvmlEventData_t *data, unsign
         if (!s || s->id >= MAX_SETS || !g_sets[s->id].used) { r = NVML_ERROR_INVALID_ARGUMENT; break; }
         poll_faults(0);
         event_set *set = &g_sets[s->id];
-        if (set->lost_pending) { set->lost_pending = 0; r = NVML_ERROR_GPU_IS_LOST; break; }
-        if (set->len) {
+        if (set->lost_pending && !set->len) { set->lost_pending = 0; r = NVML_ERROR_GPU_IS_LOST; break; }
+        if (set->len) { /* queued events first: an XID 79 arrives, then the GPU answers "lost" */
             queued_event *e = &set->queue[set->head];
             set->head = (set->head + 1) % QUEUE_LEN;
             set->len--;

@@ -89,6 +89,27 @@ def test_namespace_script_binds_every_private_path(tmp_path: Path) -> None:
     assert f"mount --bind {fake.fake_pci_devices} /sys/bus/pci/devices\n" in nodespec.namespace_script(spec=fake)
 
 
+def test_the_node_root_is_shared_and_a_host_overlay_keeps_the_mounts_under_dev(tmp_path: Path) -> None:
+    plain = nodespec.namespace_script(spec=_spec(tmp_path))
+    # Pods' HostToContainer and Bidirectional mounts are refused on a private "/" (the operands' host
+    # root): the namespace makes its copy shared before anything else.
+    assert plain.splitlines()[:2] == ["set -e", "mount --make-rshared /"]
+    assert "overlay" not in plain
+    spec = nodespec.NodeSpec(name="n", index=1, root=tmp_path, kubelet_port=1, healthz_port=2, run_cgroup="/g",
+                             host_overlay=True)  # fmt: skip
+    lines = nodespec.namespace_script(spec=spec).splitlines()
+    for host_path in nodespec.OVERLAY_PATHS:
+        upper = spec.host_overlay_root / host_path.lstrip("/")
+        mount = f"lowerdir={host_path},upperdir={upper},workdir={spec.overlay_work(host_path)} {host_path}"
+        assert f"mount -t overlay overlay -o {mount}" in lines
+    dev = lines.index(next(line for line in lines if line.endswith(" /dev") and "overlay" in line))
+    # /dev/pts and /dev/shm come back on top of the overlay, from a copy bound before it.
+    keep = next(i for i, line in enumerate(lines) if "mount --rbind /dev " in line)
+    pts = next(i for i, line in enumerate(lines) if line.endswith("/pts /dev/pts; fi"))
+    assert keep < dev < pts
+    assert lines[-1] == "exec sleep infinity"
+
+
 def _fake_v1_root(tmp_path: Path) -> Path:
     root = tmp_path / "cgroup"
     for name in ("cpuset", "memory"):

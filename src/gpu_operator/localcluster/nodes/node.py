@@ -140,7 +140,9 @@ class RealNode:
             interval=0.05,
         )
         self.timings["containerd"] = time.monotonic() - begin
-        self._watcher = threading.Thread(target=self._keep_containerd_running, name=f"{spec.name}-containerd", daemon=True)
+        self._watcher = threading.Thread(
+            target=self._keep_containerd_running, name=f"{spec.name}-containerd", daemon=True
+        )
         self._watcher.start()
         for archive in images:
             self.import_image(archive)
@@ -174,6 +176,7 @@ class RealNode:
             process = self.processes.get("containerd")
             if process is None or process.is_running() or self._stopping.is_set():
                 continue
+            process.stop()  # reaps it and closes its log; the new one appends to the same file
             self.containerd_restarts += 1
             log.info("%s: containerd exited (%s); starting it again", self.spec.name, process.returncode)
             self._launch("containerd", self._commands["containerd"])
@@ -182,8 +185,11 @@ class RealNode:
         """Stop containerd (SIGTERM) and let the watcher start it again; its containers keep running."""
         restarts = self.containerd_restarts
         self.processes["containerd"].stop()
-        poll_until(lambda: self.containerd_restarts > restarts and self._containerd_ready(), timeout=60,
-                   describe=f"{self.spec.name}'s containerd back")
+        poll_until(
+            lambda: self.containerd_restarts > restarts and self._containerd_ready(),
+            timeout=60,
+            describe=f"{self.spec.name}'s containerd back",
+        )
 
     def view(self, path: str) -> Path:
         """``path`` as this node's processes see it (through its namespace holder's root), for changing

@@ -1,0 +1,246 @@
+"""The whole GPU stack on two real nodes with the fake NVIDIA driver: installed by the chart, used by pods.
+
+real-node-1 is an 8-GPU DGX H100 and real-node-2 a 2-GPU A100 host, each with the fake driver installed
+on the host (``sim.fakedriver``: fake ``libnvidia-ml``, ``libcuda`` and ``nvidia-smi``, mknod'd device
+nodes, seen by that node only through its overlays) and a PCI tree showing its GPUs. There is no NFD.
+``helm install`` with the chart's defaults (the driver container off: the driver is on the host) brings
+the ClusterPolicy to ``ready`` with every default operand a real container under containerd: GPU
+discovery, toolkit (which edits the node's containerd config and makes it restart), validator (driver,
+toolkit, CUDA and plugin checks in their own containers), device plugin, GFD, exporter, MIG manager.
+
+Then, on the real kubelet and containerd: a pod asking for 2 ``nvidia.com/gpu`` gets exactly its 2
+device nodes and the driver's files through CDI and the fake ``nvidia-smi`` in it lists exactly those 2
+GPUs; a pod of the ``nvidia`` RuntimeClass naming 2 GPUs in ``NVIDIA_VISIBLE_DEVICES`` gets them through
+the toolkit's runtime; a real Prometheus scrapes both exporters at their pods' addresses; an XID 79
+written into the host's fake driver takes the GPU out of the Node's allocatable and its recovery brings
+it back; a containerd restart leaves every operand and the workloads running.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import Client, codecs
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+
+from gpu_operator.localcluster.binaries import KubeBinaries
+from gpu_operator.localcluster.cluster import LocalCluster
+from gpu_operator.localcluster.nodes.binaries import NodeBinaries
+from gpu_operator.localcluster.waiting import wait_for
+from gpu_operator.sim.fakedriver.install import FakeDriver
+from gpu_operator.sim.fakedriver.nodes import attach, node_setup
+from gpu_operator.sim.hardware import pci_functions
+from tests.chart_checks import policy_state
+from tests.conftest import REPO
+from tests.e2e.conftest import ProductImage
+from tests.prometheus import Prometheus
+
+pytestmark = pytest.mark.e2e
+
+JSON = dict[str, Any]
+CHART = REPO / "deploy" / "helm" / "gpu-operator"
+NAMESPACE = "gpu-operator"
+PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
+GPUS = {"real-node-1": 8, "real-node-2": 2}
+#: The DaemonSets of the default ClusterPolicy with the driver on the host (no NFD, no MPS config).
+DEFAULT_OPERANDS = {
+    "nvidia-gpu-discovery", "nvidia-container-toolkit-daemonset", "nvidia-operator-validator",
+    "nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-mig-manager",
+}  # fmt: skip
+EXPORTER_PORT = 9400
+SHOW = "ls /dev | tr '\\n' ' '; echo; nvidia-smi -L; sleep 3600"
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster(
+    kube_binaries: KubeBinaries, node_binaries: NodeBinaries, product_image: ProductImage
+) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(
+        binaries=kube_binaries,
+        real_nodes=len(PROFILES),
+        node_images=[product_image.archive],
+        node_binaries=node_binaries,
+        node_hardware=[pci_functions(p) for p in PROFILES.values()],
+        node_setups=[node_setup(profile=p) for p in PROFILES.values()],
+    )
+    with cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def kube(gpu_cluster: LocalCluster) -> Iterator[Client]:
+    client = gpu_cluster.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def drivers(gpu_cluster: LocalCluster) -> dict[str, FakeDriver]:
+    assert gpu_cluster.real_nodes is not None
+    return {name: attach(gpu_cluster.real_nodes.node(name), profile=p) for name, p in PROFILES.items()}
+
+
+@pytest.fixture(scope="module")
+def installed(gpu_cluster: LocalCluster, kube: Client, tmp_path_factory: pytest.TempPathFactory) -> float:
+    """``helm install`` with the defaults (the driver on the host); seconds until the policy is ready."""
+    values = tmp_path_factory.mktemp("values") / "values.yaml"
+    values.write_text(yaml.safe_dump({"driver": {"enabled": False}}), encoding="utf-8")
+    began = time.monotonic()
+    gpu_cluster.helm("install", "gpu-operator", str(CHART), "-n", NAMESPACE, "--create-namespace",
+                     "-f", str(values), "--wait", "--timeout", "120s", timeout=150)  # fmt: skip
+    wait_for(lambda: policy_state(kube) == "ready", timeout=240, describe="the default ClusterPolicy ready")
+    seconds = time.monotonic() - began
+    print(f"helm install to ClusterPolicy ready on {len(PROFILES)} fake-driver nodes: {seconds:.1f} s")
+    return seconds
+
+
+def _daemonsets(kube: Client) -> dict[str, JSON]:
+    return {str(d.metadata.name): d.to_dict() for d in kube.list(DaemonSet, namespace=NAMESPACE)}  # type: ignore[union-attr]
+
+
+def _all_ready(kube: Client) -> bool:
+    sets = _daemonsets(kube)
+    return all(
+        (sets.get(name, {}).get("status") or {}).get("numberReady") == len(PROFILES) for name in DEFAULT_OPERANDS
+    )
+
+
+def _allocatable(kube: Client, node: str) -> str | None:
+    status = kube.get(Node, node).status
+    return (status.allocatable or {}).get("nvidia.com/gpu") if status else None
+
+
+def _has_gpus(kube: Client, node: str, count: int) -> bool:
+    return _allocatable(kube, node) == str(count)
+
+
+def _pod(name: str, *, node: str, image: str, gpus: int = 0, runtime_class: str | None = None,
+         env: dict[str, str] | None = None) -> JSON:  # fmt: skip
+    container: JSON = {
+        "name": "cuda",
+        "image": image,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", SHOW],
+        "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+    }
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    spec: JSON = {"nodeName": node, "restartPolicy": "Never", "containers": [container]}
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def _seen(cluster: LocalCluster, name: str) -> tuple[set[str], list[str]] | None:
+    """The pod's ``/dev/nvidia<N>`` nodes and the UUIDs its ``nvidia-smi -L`` lists (None: not yet)."""
+    logs = cluster.kubectl("logs", "-n", "default", name, check=False).stdout.splitlines()
+    if len(logs) < 2 or not any(line.startswith("GPU ") for line in logs):
+        return None
+    devices = {d for d in logs[0].split() if d.startswith("nvidia") and d.removeprefix("nvidia").isdigit()}
+    uuids = [line.rsplit("UUID: ", 1)[1].rstrip(")") for line in logs[1:] if line.startswith("GPU ")]
+    return devices, uuids
+
+
+def _minor_of(driver: FakeDriver, uuid: str) -> int:
+    return driver.minors[driver.uuids.index(uuid)]
+
+
+def test_default_policy_is_ready_with_every_operand_a_real_container(
+    gpu_cluster: LocalCluster, kube: Client, installed: float
+) -> None:
+    wait_for(lambda: _all_ready(kube), timeout=60, describe="every default operand Ready on both nodes")
+    assert set(_daemonsets(kube)) >= DEFAULT_OPERANDS
+    for pod in kube.list(Pod, namespace=NAMESPACE):
+        data: JSON = pod.to_dict()
+        for status in data["status"].get("containerStatuses", []):
+            assert status["containerID"].startswith("containerd://"), data["metadata"]["name"]
+            assert status["ready"] is True, data["metadata"]["name"]
+    for node, count in GPUS.items():
+        wait_for(functools.partial(_has_gpus, kube, node, count), timeout=30, describe=f"{node}'s GPUs allocatable")
+        labels = kube.get(Node, node).metadata.labels or {}  # type: ignore[union-attr]
+        assert labels["nvidia.com/gpu.present"] == "true"
+        assert labels["nvidia.com/gpu.count"] == str(count)  # GFD, from the fake driver through NVML
+        assert labels["nvidia.com/gpu.product"] == ("NVIDIA-H100-80GB-HBM3" if count == 8 else "NVIDIA-A100-SXM4-40GB")
+    # The fake driver lives in the nodes' overlays: the machine's own /dev never had it.
+    assert not Path("/dev/nvidiactl").exists()
+
+
+@pytest.mark.timeout(300)
+def test_gpu_pods_get_exactly_their_gpus_through_cdi_and_the_runtime_class(
+    gpu_cluster: LocalCluster,
+    kube: Client,
+    installed: float,
+    drivers: dict[str, FakeDriver],
+    product_image: ProductImage,
+) -> None:
+    driver = drivers["real-node-1"]
+    kube.create(codecs.from_dict(_pod("cdi-two", node="real-node-1", image=product_image.reference, gpus=2)))
+    devices, uuids = wait_for(lambda: _seen(gpu_cluster, "cdi-two"), timeout=90, describe="the CDI pod's GPUs")
+    assert len(set(uuids)) == len(uuids) == 2
+    assert set(uuids) <= set(driver.uuids)
+    assert devices == {f"nvidia{_minor_of(driver, u)}" for u in uuids}  # its own 2 device nodes, no others
+
+    # The runtime class: the toolkit's runtime turns NVIDIA_VISIBLE_DEVICES into CDI devices.
+    pod = _pod("rc-two", node="real-node-1", image=product_image.reference, runtime_class="nvidia",
+               env={"NVIDIA_VISIBLE_DEVICES": "2,5"})  # fmt: skip
+    kube.create(codecs.from_dict(pod))
+    devices, uuids = wait_for(lambda: _seen(gpu_cluster, "rc-two"), timeout=90, describe="the runtime-class pod's GPUs")
+    assert devices == {"nvidia2", "nvidia5"}
+    assert uuids == [driver.uuids[driver.minors.index(2)], driver.uuids[driver.minors.index(5)]]
+
+
+@pytest.mark.timeout(180)
+def test_prometheus_scrapes_both_exporters_at_their_pod_addresses(
+    kube: Client, installed: float, tmp_path: Path
+) -> None:
+    pods = [p.to_dict() for p in kube.list(Pod, namespace=NAMESPACE, labels={"app": "nvidia-dcgm-exporter"})]
+    targets = [f"{p['status']['podIP']}:{EXPORTER_PORT}" for p in pods]
+    assert len(targets) == len(PROFILES)
+    prometheus = Prometheus(targets=targets, workdir=tmp_path)
+    try:
+        series = prometheus.wait("DCGM_FI_DEV_GPU_UTIL", count=sum(GPUS.values()), timeout=60)
+    finally:
+        prometheus.close()
+    by_host = {s["metric"].get("Hostname") for s in series}
+    assert by_host == set(PROFILES), series[:2]
+
+
+@pytest.mark.timeout(180)
+def test_an_xid_on_the_host_takes_the_gpu_out_of_allocatable_until_it_recovers(
+    kube: Client, installed: float, drivers: dict[str, FakeDriver]
+) -> None:
+    driver = drivers["real-node-2"]
+    wait_for(lambda: _allocatable(kube, "real-node-2") == "2", timeout=30, describe="both A100s allocatable")
+    began = time.monotonic()
+    driver.inject_xid(uuid=driver.uuids[1], xid=79)
+    wait_for(lambda: _allocatable(kube, "real-node-2") == "1", timeout=60, describe="the lost GPU gone")
+    lost = time.monotonic() - began
+    driver.recover(uuid=driver.uuids[1])
+    wait_for(lambda: _allocatable(kube, "real-node-2") == "2", timeout=60, describe="the GPU back")
+    print(f"XID 79 to allocatable 1: {lost:.1f} s; recovery to 2: {time.monotonic() - began - lost:.1f} s")
+
+
+@pytest.mark.timeout(300)
+def test_a_containerd_restart_leaves_the_operands_and_workloads_running(
+    gpu_cluster: LocalCluster, kube: Client, installed: float, product_image: ProductImage
+) -> None:
+    assert gpu_cluster.real_nodes is not None
+    node = gpu_cluster.real_nodes.node("real-node-1")
+    before = {str(p.metadata.name): p.to_dict()["status"]["containerStatuses"][0]["containerID"]  # type: ignore[union-attr]
+              for p in kube.list(Pod, namespace=NAMESPACE) if p.spec and p.spec.nodeName == "real-node-1"}  # fmt: skip
+    node.restart_containerd()
+    wait_for(lambda: _all_ready(kube), timeout=120, describe="every operand Ready after the restart")
+    wait_for(lambda: policy_state(kube) == "ready", timeout=120, describe="the policy ready after the restart")
+    after = {str(p.metadata.name): p.to_dict()["status"]["containerStatuses"][0]["containerID"]  # type: ignore[union-attr]
+             for p in kube.list(Pod, namespace=NAMESPACE) if p.spec and p.spec.nodeName == "real-node-1"}  # fmt: skip
+    assert after == before  # the same containers: a runtime restart does not restart what it runs
+    kube.create(codecs.from_dict(_pod("after-restart", node="real-node-1", image=product_image.reference, gpus=1)))
+    _, uuids = wait_for(lambda: _seen(gpu_cluster, "after-restart"), timeout=90, describe="a new GPU pod")
+    assert len(uuids) == 1
