@@ -13,12 +13,18 @@ device nodes and the driver's files through CDI and the fake ``nvidia-smi`` in i
 GPUs; a pod of the ``nvidia`` RuntimeClass naming 2 GPUs in ``NVIDIA_VISIBLE_DEVICES`` gets them through
 the toolkit's runtime; a real Prometheus scrapes both exporters at their pods' addresses; an XID 79
 written into the host's fake driver takes the GPU out of the Node's allocatable and its recovery brings
-it back; a containerd restart leaves every operand and the workloads running.
+it back; a containerd restart leaves every operand and the workloads running; and with the driver broken
+on the host (its NVML library gone, or ``/dev/nvidiactl``), ``gpu-operator status`` names the step the node
+waits on, in the validator's own words, until the driver is repaired.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,3 +250,55 @@ def test_a_containerd_restart_leaves_the_operands_and_workloads_running(
     kube.create(codecs.from_dict(_pod("after-restart", node="real-node-1", image=product_image.reference, gpus=1)))
     _, uuids = wait_for(lambda: _seen(gpu_cluster, "after-restart"), timeout=90, describe="a new GPU pod")
     assert len(uuids) == 1
+
+
+def _status(cluster: LocalCluster, *args: str) -> str:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "gpu-operator"), "status", "--kubeconfig", str(cluster.kubeconfig_path),
+         *args],
+        capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _restart_validator(kube: Client, node: str) -> None:
+    """Delete the node's validator pod, as a reboot would restart it: its checks run again."""
+    for pod in kube.list(Pod, namespace=NAMESPACE, labels={"app": "nvidia-operator-validator"}):
+        if pod.spec and pod.spec.nodeName == node:
+            kube.delete(Pod, str(pod.metadata.name), namespace=NAMESPACE)  # type: ignore[union-attr]
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize(
+    ("fault", "words"),
+    [("library", "NVML Shared Library Not Found"), ("device-node", "Driver Not Loaded")],
+)
+def test_status_names_the_blocking_step_when_the_fake_driver_is_broken(
+    gpu_cluster: LocalCluster, kube: Client, installed: float, drivers: dict[str, FakeDriver], fault: str, words: str
+) -> None:
+    driver = drivers["real-node-2"]
+    if fault == "library":
+        driver.break_library()
+    else:
+        driver.remove_device_node("nvidiactl")
+    _restart_validator(kube, "real-node-2")
+
+    def blocked() -> str | None:
+        reports = {r["node"]: r for r in json.loads(_status(gpu_cluster, "-o", "json"))["nodes"]}
+        blocking = str(reports["real-node-2"]["blocking"])
+        return blocking if blocking.startswith("validation: init container driver-validation") and words in blocking else None
+
+    try:
+        blocking = wait_for(blocked, timeout=120, interval=2.0, describe=f"status naming the broken driver ({fault})")
+        print(f"gpu-operator status, {fault} broken: {blocking}")
+        chain = _status(gpu_cluster, "--node", "real-node-2")
+        assert "disabled in the ClusterPolicy (the driver is on the host)" in chain  # not "no driver pod"
+        reports = {r["node"]: r for r in json.loads(_status(gpu_cluster, "-o", "json"))["nodes"]}
+        assert reports["real-node-1"]["ready"] is True
+    finally:
+        if fault == "library":
+            driver.repair_library()
+        else:
+            driver.restore_device_nodes()
+    wait_for(lambda: policy_state(kube) == "ready", timeout=180, describe="the policy ready once the driver is fixed")

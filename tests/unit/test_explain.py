@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpu_operator.reconcile.explain import CHAIN, explain_node
+from gpu_operator.reconcile.explain import CHAIN, disabled_steps, explain_node
 
 pytestmark = pytest.mark.unit
 
@@ -193,3 +193,32 @@ def test_an_unregistered_plugin_is_named_before_the_validator_waiting_for_it() -
     node = {"metadata": {"name": "n", "labels": {"nvidia.com/gpu.present": "true"}}, "status": {}}
     report = explain_node(node, pods=pods)
     assert report.blocking.startswith("device-plugin: "), report.blocking
+
+
+def test_a_waiting_check_is_named_in_its_own_words_from_its_last_log_line() -> None:
+    waiting = [{"name": "driver-validation", "state": {"running": {}}}]
+    pods = [_pod(app) for _, app in CHAIN if app != "nvidia-operator-validator"]
+    pods.append(_pod("nvidia-operator-validator", init=waiting, phase="Pending", ready=False))
+    line = (
+        "2026-12-01 23:34:37,721 gpu_operator.agents.validator.program.driver waiting for validator[gpu-1] "
+        "driver: the check to pass (20 s so far): NVML: Driver Not Loaded"
+    )
+    report = explain_node(NODE, pods=pods, last_lines={("nvidia-operator-validator-x", "driver-validation"): line})
+    assert report.blocking == (
+        "validation: init container driver-validation is still running: waiting for validator[gpu-1] "
+        "driver: the check to pass (20 s so far): NVML: Driver Not Loaded"
+    )
+    assert explain_node(NODE, pods=pods).blocking.endswith("is still running (waiting for its prerequisite)")
+
+
+def test_a_step_the_policy_turns_off_is_done_not_missing() -> None:
+    # driver.enabled=false (the driver on the host): no driver pod is expected on the node.
+    policy = {"spec": {"driver": {"enabled": False}, "dcgmExporter": {"enabled": False}}}
+    off = disabled_steps(policy)
+    assert off == {"driver", "exporter"}
+    pods = [_pod(app) for name, app in CHAIN if name not in off]
+    report = explain_node(NODE, pods=pods, disabled=off)
+    assert report.ready
+    assert report.steps[0].detail == "disabled in the ClusterPolicy (the driver is on the host)"
+    assert explain_node(NODE, pods=pods).blocking.startswith("driver: no pod on this node")
+    assert disabled_steps(None) == disabled_steps({"spec": {"driver": {"enabled": "sometimes"}}}) == frozenset()

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpu_operator.reconcile.explain import NodeReport, explain_node
+from gpu_operator.reconcile.explain import NodeReport, disabled_steps, explain_node, running_init_containers
 
 
 def _client(kubeconfig: str | None) -> Any:
@@ -57,13 +57,43 @@ def gather(
         nodes = [n.to_dict() for n in client.list(Node, labels={"nvidia.com/gpu.present": "true"})]
         pods = [p.to_dict() for p in client.list(Pod, namespace=ns)]
         events = _warnings(client, namespace=ns, node=node_name) if node_name else []
+        shown = {n["metadata"]["name"] for n in nodes if node_name in (None, n["metadata"]["name"])}
+        last_lines = _last_lines(client, namespace=ns, pods=[p for p in pods if _node_of(p) in shown])
     finally:
         client.close()
     reports = []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-        mine = [p for p in pods if (p.get("spec") or {}).get("nodeName") == node["metadata"]["name"]]
-        reports.append(explain_node(node, pods=mine, events=events if node["metadata"]["name"] == node_name else ()))
+        name = node["metadata"]["name"]
+        mine = [p for p in pods if _node_of(p) == name]
+        mine_events = events if name == node_name else ()
+        off = disabled_steps(active)
+        reports.append(explain_node(node, pods=mine, events=mine_events, last_lines=last_lines, disabled=off))
     return policies, reports
+
+
+#: At most this many log reads per call: a table of thousands of stuck nodes stays one quick answer.
+MAX_LOG_READS = 20
+
+
+def _node_of(pod: dict[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def _last_lines(client: Any, *, namespace: str, pods: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """The last log line of each running init container (a validator's wait says what it waits on);
+    none for a user who may not read pod logs."""
+    from lightkube import ApiError  # noqa: PLC0415
+
+    found: dict[tuple[str, str], str] = {}
+    wanted = [(p["metadata"]["name"], c) for p in pods for c in running_init_containers(p)]
+    for pod, container in wanted[:MAX_LOG_READS]:
+        try:
+            lines = list(client.log(pod, namespace=namespace, container=container, tail_lines=1))
+        except ApiError:
+            continue
+        if lines and lines[-1].strip():
+            found[(pod, container)] = lines[-1].strip()
+    return found
 
 
 @click.command("status")

@@ -17,9 +17,15 @@ the step's operand pod, and for the upgrade step on the Node (the upgrade contro
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from pydantic import ValidationError
+
+from gpu_operator.api.clusterpolicy import ClusterPolicySpec
+from gpu_operator.api.defaults import is_enabled
 
 JSON = dict[str, Any]
 # The upgrade controller's keys (upstream's, see gpu_operator.upgrade.model): this layer may not import
@@ -40,6 +46,27 @@ CHAIN = (
     ("feature-discovery", "gpu-feature-discovery"),
     ("exporter", "nvidia-dcgm-exporter"),
 )
+
+#: The ClusterPolicy section that turns each step of the chain off (the validator cannot be).
+STEP_SECTIONS = {
+    "driver": "driver",
+    "toolkit": "toolkit",
+    "device-plugin": "devicePlugin",
+    "feature-discovery": "gfd",
+    "exporter": "dcgmExporter",
+}
+
+
+def disabled_steps(policy: Mapping[str, Any] | None) -> frozenset[str]:
+    """The chain's steps the ClusterPolicy turns off (``driver.enabled=false``: the driver is on the
+    host); none when there is no policy or it does not parse (the operator reports that itself)."""
+    if policy is None:
+        return frozenset()
+    try:
+        spec = ClusterPolicySpec.model_validate(policy.get("spec") or {})
+    except ValidationError:
+        return frozenset()
+    return frozenset(step for step, section in STEP_SECTIONS.items() if not is_enabled(spec, section=section))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +95,7 @@ class NodeReport:
         return asdict(self)
 
 
-def _container_problem(status: Mapping[str, Any], *, init: bool) -> str | None:
+def _container_problem(status: Mapping[str, Any], *, init: bool, last_line: str = "") -> str | None:
     state = status.get("state") or {}
     name = status.get("name", "?")
     if "waiting" in state:
@@ -83,19 +110,38 @@ def _container_problem(status: Mapping[str, Any], *, init: bool) -> str | None:
         term = state["terminated"]
         return f"container {name} exited {term.get('exitCode')}: {term.get('message') or term.get('reason', '')}"
     if "running" in state and init:
+        if last_line:  # what the check waits on, in its own words (e.g. the driver library missing)
+            return f"init container {name} is still running: {_strip_log_prefix(last_line)}"
         return f"init container {name} is still running (waiting for its prerequisite)"
     if not init and not status.get("ready"):
         return f"container {name} is not ready"
     return None
 
 
-def pod_problem(pod: Mapping[str, Any] | None) -> str | None:
-    """Why a pod is not serving yet, or None when it is Running and Ready."""
+_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d[ T][\d:,.]+Z? +\S+ +")
+
+
+def _strip_log_prefix(line: str) -> str:
+    """An agent's log line without its timestamp and logger name."""
+    return _LOG_PREFIX.sub("", line.strip(), count=1)
+
+
+def running_init_containers(pod: Mapping[str, Any]) -> list[str]:
+    """The init containers of ``pod`` still running: whose last log line says what they wait on."""
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    return [str(s.get("name")) for s in statuses if "running" in (s.get("state") or {})]
+
+
+def pod_problem(pod: Mapping[str, Any] | None, *, last_lines: Mapping[tuple[str, str], str] | None = None) -> str | None:
+    """Why a pod is not serving yet, or None when it is Running and Ready. ``last_lines`` holds the last
+    log line of running init containers, by (pod, container), when the caller could read them."""
     if pod is None:
         return "no pod on this node (is the node labelled for this operand?)"
     status = pod.get("status") or {}
+    lines = last_lines or {}
     for init in status.get("initContainerStatuses") or []:
-        problem = _container_problem(init, init=True)
+        line = lines.get((pod["metadata"]["name"], str(init.get("name"))), "")
+        problem = _container_problem(init, init=True, last_line=line)
         if problem:
             return problem
     running = status.get("phase") == "Running"
@@ -165,15 +211,27 @@ def _upgrade_step(*, node: str, state: str, failure: str, events: Sequence[Mappi
 
 
 def explain_node(
-    node: Mapping[str, Any], *, pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = ()
+    node: Mapping[str, Any],
+    *,
+    pods: Sequence[Mapping[str, Any]],
+    events: Sequence[Mapping[str, Any]] = (),
+    last_lines: Mapping[tuple[str, str], str] | None = None,
+    disabled: Iterable[str] = (),
 ) -> NodeReport:
-    """The report for one node from its Node object, the operand pods bound to it and, optionally, events."""
+    """The report for one node from its Node object, the operand pods bound to it and, optionally, events,
+    the last log lines of running init containers (see :func:`pod_problem`) and the steps the policy
+    turns off (:func:`disabled_steps`)."""
     meta = node["metadata"]
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     by_app = {(p["metadata"].get("labels") or {}).get("app"): p for p in pods}
     steps = []
+    off = frozenset(disabled)
     for name, app in CHAIN:
+        if name in off:
+            where = " (the driver is on the host)" if name == "driver" else ""
+            steps.append(Step(name=name, done=True, detail=f"disabled in the ClusterPolicy{where}"))
+            continue
         deploy = labels.get(f"nvidia.com/gpu.deploy.{_deploy_key(name)}")
         if deploy in ("false", "pre-installed") or "paused" in (deploy or ""):
             # An opt-out or a host driver is not a problem; a pause is (it should end by itself).
@@ -181,7 +239,7 @@ def explain_node(
             steps.append(Step(name=name, done=not paused, detail=f"nvidia.com/gpu.deploy label is {deploy!r}"))
             continue
         pod = by_app.get(app)
-        problem = pod_problem(pod)
+        problem = pod_problem(pod, last_lines=last_lines)
         event = ""
         if problem is not None and pod is not None:
             event = event_text(latest_warning(events, kind="Pod", name=pod["metadata"]["name"]))
