@@ -287,7 +287,8 @@ def test_status_names_the_blocking_step_when_the_fake_driver_is_broken(
     def blocked() -> str | None:
         reports = {r["node"]: r for r in json.loads(_status(gpu_cluster, "-o", "json"))["nodes"]}
         blocking = str(reports["real-node-2"]["blocking"])
-        return blocking if blocking.startswith("validation: init container driver-validation") and words in blocking else None
+        named = blocking.startswith("validation: init container driver-validation") and words in blocking
+        return blocking if named else None
 
     try:
         blocking = wait_for(blocked, timeout=120, interval=2.0, describe=f"status naming the broken driver ({fault})")
