@@ -14,6 +14,8 @@
  * and the firmware directory. No file: nvmlInit answers NVML_ERROR_DRIVER_NOT_LOADED.
  * Keys (see build.sh for a sample):
  *   driver_version, cuda_driver_version (e.g. 12040), device_count, init_error,
+ *   shared_state=1: MIG modes and instances live in fake-nvml.mig beside the config, as they live in
+ *     the driver: what the MIG manager's process changes, every other process (and nvidia-smi -r) sees;
  *   device_nodes=1: like the real driver, need <root>/dev/nvidiactl (else DRIVER_NOT_LOADED) and
  *     show only the GPUs whose <root>/dev/nvidia<minor> exists (a container sees its own GPUs only),
  *   device.N.{name,uuid,serial,board_part_number,pci_bus_id,pci_device_id,memory_mib,reserved_mib,
@@ -42,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "nvml.h"
@@ -111,7 +114,11 @@ static int g_topology[MAX_DEVICES][MAX_DEVICES];
 static int g_boot_xid_dev = -1;
 static unsigned long long g_boot_xid;
 static struct timespec g_started;
-static int g_device_nodes;
+static int g_device_nodes, g_shared_state;
+static char g_mig_state[PATH_LEN]; /* fake-nvml.mig beside the config, with shared_state=1 */
+static struct stat g_mig_seen;
+static void mig_sync_in(void);
+static void mig_sync_out(void);
 static char g_root[PATH_LEN / 2];   /* the driver root the library sits in; "" is / */
 static char g_faults[PATH_LEN]; /* the faults file beside the config; "" when there is none */
 static long g_faults_offset;
@@ -180,6 +187,7 @@ static void set_key(const char *key, const char *value) {
     else if (!strcmp(key, "device_count")) g_count = (unsigned)atoi(value) > MAX_DEVICES ? MAX_DEVICES : (unsigned)atoi(value);
     else if (!strcmp(key, "init_error")) g_init_error = atoi(value);
     else if (!strcmp(key, "device_nodes")) g_device_nodes = atoi(value);
+    else if (!strcmp(key, "shared_state")) g_shared_state = atoi(value);
     else if (!strcmp(key, "event.xid")) { if (sscanf(value, "%d:%llu", &g_boot_xid_dev, &g_boot_xid) != 2) g_boot_xid_dev = -1; }
     else if (sscanf(key, "topology.%u.%u%n", &a, &b, &consumed) == 2 && a < MAX_DEVICES && b < MAX_DEVICES)
         g_topology[a][b] = g_topology[b][a] = atoi(value);
@@ -255,6 +263,7 @@ static nvmlReturn_t load_config(void) {
     memset(g_devs, 0, sizeof g_devs);
     g_count = 0;
     g_device_nodes = 0;
+    g_shared_state = 0;
     for (unsigned i = 0; i < MAX_DEVICES; i++) {
         for (unsigned j = 0; j < MAX_DEVICES; j++) g_topology[i][j] = i == j ? NVML_TOPOLOGY_INTERNAL : NVML_TOPOLOGY_SYSTEM;
         g_phys[i] = (struct nvmlDevice_st){i, 0, 0};
@@ -278,6 +287,9 @@ static nvmlReturn_t load_config(void) {
     if (g_device_nodes) keep_visible();
     char *slash = strrchr(used, '/');
     if (slash) snprintf(g_faults, sizeof g_faults, "%.*s/fake-nvml.faults", (int)(slash - used), used);
+    g_mig_state[0] = 0;
+    memset(&g_mig_seen, 0, sizeof g_mig_seen);
+    if (slash && g_shared_state) snprintf(g_mig_state, sizeof g_mig_state, "%.*s/fake-nvml.mig", (int)(slash - used), used);
     g_faults_offset = 0;
     clock_gettime(CLOCK_MONOTONIC, &g_started);
     g_loaded = 1;
@@ -289,7 +301,11 @@ static nvmlReturn_t load_config(void) {
 
 #define LOCKED(body) do { pthread_mutex_lock(&g_mu); nvmlReturn_t r_ = (body); pthread_mutex_unlock(&g_mu); return r_; } while (0)
 
-static nvmlReturn_t ready(void) { return g_refs > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED; }
+static nvmlReturn_t ready(void) {
+    if (g_refs <= 0) return NVML_ERROR_UNINITIALIZED;
+    mig_sync_in();
+    return NVML_SUCCESS;
+}
 
 /* The physical device behind a handle (MIG handles resolve to their parent). */
 static nvmlReturn_t lookup(nvmlDevice_t h, fake_dev **out) {
@@ -548,6 +564,7 @@ static nvmlReturn_t set_mig_mode(nvmlDevice_t h, unsigned mode, nvmlReturn_t *st
         destroy_instances(d);
     }
     *status = d->mig_cur == d->mig_pend ? NVML_SUCCESS : NVML_ERROR_RESET_REQUIRED;
+    mig_sync_out();
     return NVML_SUCCESS;
 }
 
@@ -631,6 +648,7 @@ static nvmlReturn_t create_gi(nvmlDevice_t h, unsigned profile_id, nvmlGpuInstan
     snprintf(gi->uuid, sizeof gi->uuid, "MIG-%08x-%04x-%04x-%04x-%012llx", (unsigned)(x >> 32), (unsigned)(x >> 16) & 0xFFFF,
              (unsigned)x & 0xFFFF, (unsigned)(y >> 48), y & 0xFFFFFFFFFFFFULL);
     *out = &g_gi_handles[h->dev][free_slot];
+    mig_sync_out();
     return NVML_SUCCESS;
 }
 
@@ -708,6 +726,7 @@ static nvmlReturn_t create_ci(nvmlGpuInstance_t h, unsigned profile_id, nvmlComp
     gi->has_ci = 1;
     gi->ci_profile = profile_id;
     *out = &g_ci_handles[h->dev][h->slot];
+    mig_sync_out();
     return NVML_SUCCESS;
 }
 
@@ -733,6 +752,7 @@ static nvmlReturn_t destroy_ci(nvmlComputeInstance_t h) {
     gi_t *gi = &g_devs[h->dev].gis[h->slot];
     if (!gi->used || !gi->has_ci) return NVML_ERROR_INVALID_ARGUMENT;
     gi->has_ci = 0;
+    mig_sync_out();
     return NVML_SUCCESS;
 }
 
@@ -745,6 +765,7 @@ static nvmlReturn_t destroy_gi(nvmlGpuInstance_t h) {
     if (r) return r;
     if (gi->has_ci) return NVML_ERROR_IN_USE;
     gi->used = 0;
+    mig_sync_out();
     return NVML_SUCCESS;
 }
 
@@ -1039,6 +1060,7 @@ static nvmlReturn_t reset_gpu(unsigned index) {
     if (!g_loaded || index >= g_count) return NVML_ERROR_INVALID_ARGUMENT;
     destroy_instances(&g_devs[index]); /* MIG instances do not survive a GPU reset */
     g_devs[index].mig_cur = g_devs[index].mig_pend;
+    mig_sync_out();
     return NVML_SUCCESS;
 }
 
@@ -1094,4 +1116,80 @@ static void poll_faults(int replay) {
         }
     }
     fclose(f);
+}
+
+/* ---- MIG state shared through fake-nvml.mig (caller holds g_mu) ------------------------------- */
+/* Lines: "gpu <uuid> <current> <pending> <next_gi_id> <generation>", then its instances as
+ * "gi <uuid> <slot> <id> <profile index> <has_ci> <ci_profile> <MIG uuid>". A writer keeps the lines
+ * of GPUs it does not see (a container sees only its own) and replaces the file atomically. */
+
+static int same_file(const struct stat *a, const struct stat *b) {
+    return a->st_ino == b->st_ino && a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+           a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+static void mig_sync_in(void) {
+    struct stat st;
+    if (!g_mig_state[0] || stat(g_mig_state, &st) != 0 || same_file(&st, &g_mig_seen)) return;
+    FILE *f = fopen(g_mig_state, "r");
+    if (!f) return;
+    g_mig_seen = st;
+    char line[512], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], mig[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    while (fgets(line, sizeof line, f)) {
+        int cur, pend, has_ci, index;
+        unsigned next, generation, slot, id, profile, ci_profile;
+        if (sscanf(line, "gpu %79s %d %d %u %u", uuid, &cur, &pend, &next, &generation) == 5) {
+            if ((index = by_uuid(uuid)) < 0) continue;
+            fake_dev *d = &g_devs[index];
+            d->mig_cur = cur;
+            d->mig_pend = pend;
+            d->next_gi_id = next;
+            d->generation = generation;
+            destroy_instances(d);
+        } else if (sscanf(line, "gi %79s %u %u %u %d %u %79s", uuid, &slot, &id, &profile, &has_ci, &ci_profile, mig) == 7) {
+            if ((index = by_uuid(uuid)) < 0 || slot >= MAX_GI || profile >= MAX_PROFILES) continue;
+            gi_t *gi = &g_devs[index].gis[slot];
+            *gi = (gi_t){.used = 1, .has_ci = has_ci, .id = id, .profile = profile, .ci_profile = ci_profile};
+            copy_field(gi->uuid, sizeof gi->uuid, mig);
+        }
+    }
+    fclose(f);
+}
+
+/* Write the state to ``path`` atomically; 0 on success. */
+static int write_state(const char *path) {
+    char tmp[PATH_LEN * 2], line[512], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    FILE *out = fopen(tmp, "w");
+    if (!out) return -1;
+    FILE *in = fopen(path, "r");
+    while (in && fgets(line, sizeof line, in)) { /* other processes' GPUs stay as they are */
+        if (sscanf(line, "%*s %79s", uuid) == 1 && by_uuid(uuid) < 0) fputs(line, out);
+    }
+    if (in) fclose(in);
+    for (unsigned i = 0; i < g_count; i++) {
+        fake_dev *d = &g_devs[i];
+        if (!d->mig_capable) continue;
+        fprintf(out, "gpu %s %d %d %u %u\n", d->uuid, d->mig_cur, d->mig_pend, d->next_gi_id, d->generation);
+        for (unsigned s = 0; s < MAX_GI; s++) {
+            gi_t *gi = &d->gis[s];
+            if (gi->used)
+                fprintf(out, "gi %s %u %u %u %d %u %s\n", d->uuid, s, gi->id, gi->profile, gi->has_ci, gi->ci_profile, gi->uuid);
+        }
+    }
+    if (fclose(out) != 0 || rename(tmp, path) != 0) { unlink(tmp); return -1; }
+    return 0;
+}
+
+/* A container given the driver's files read-only (CDI mounts them so) writes through the host root it
+ * mounts, as the MIG manager does: HOST_ROOT (e.g. /host) in front of the same path. */
+static void mig_sync_out(void) {
+    if (!g_mig_state[0]) return;
+    const char *host = getenv("HOST_ROOT");
+    char through_host[PATH_LEN * 2];
+    if (write_state(g_mig_state) != 0 && host && *host && g_mig_state[0] == '/') {
+        snprintf(through_host, sizeof through_host, "%s%s", host, g_mig_state);
+        write_state(through_host);
+    }
+    stat(g_mig_state, &g_mig_seen);
 }

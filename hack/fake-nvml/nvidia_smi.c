@@ -7,6 +7,7 @@
  *   nvidia-smi                 a short summary (driver and CUDA versions, one line per GPU)
  *   nvidia-smi -L              GPU <i>: <name> (UUID: <uuid>)
  *   nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version --format=csv[,noheader][,nounits]
+ *   nvidia-smi -r -i N         reset GPU N (applies a pending MIG mode change; the MIG manager's reset)
  *
  * Exit status as the real tool's: 9 when the driver cannot be reached, 15 when a GPU is lost.
  */
@@ -119,11 +120,31 @@ static int query(const char *fields, const char *format, unsigned count, const c
     return status;
 }
 
+typedef int (*reset_fn)(unsigned);
+
+/* The fake library's own reset control (not NVML: the real tool resets through the driver). */
+static int reset(int index) {
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    reset_fn fn = lib ? (reset_fn)dlsym(lib, "fakeNvmlResetGpu") : NULL;
+    nvmlDevice_t h;
+    nvmlPciInfo_t pci;
+    if (!fn) { fprintf(stderr, "GPU reset is not supported by this library.\n"); return 3; }
+    if (index < 0 || nv.handle((unsigned)index, &h) || nv.pci(h, &pci)) {
+        fprintf(stderr, "Unable to reset GPU %d: invalid index\n", index);
+        return 6;
+    }
+    if (fn((unsigned)index) != 0) { fprintf(stderr, "Unable to reset GPU %s\n", pci.busId); return 15; }
+    printf("GPU %s was successfully reset.\n", pci.busId);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *fields = NULL, *format = "csv";
-    int list = 0;
+    int list = 0, do_reset = 0, index = -1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-L") || !strcmp(argv[i], "--list-gpus")) list = 1;
+        if (!strcmp(argv[i], "-r") || !strcmp(argv[i], "--gpu-reset")) do_reset = 1;
+        else if (!strcmp(argv[i], "-i") && i + 1 < argc) index = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-L") || !strcmp(argv[i], "--list-gpus")) list = 1;
         else if (!strncmp(argv[i], "--query-gpu=", 12)) fields = argv[i] + 12;
         else if (!strncmp(argv[i], "--format=", 9)) format = argv[i] + 9;
         else { fprintf(stderr, "nvidia-smi (fake): unsupported argument %s\n", argv[i]); return 2; }
@@ -133,6 +154,7 @@ int main(int argc, char **argv) {
     char driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "";
     int cuda = 0;
     if (nv.count(&count) || nv.driver(driver, sizeof driver) || nv.cuda(&cuda)) return no_driver();
+    if (do_reset) return reset(index);
     if (fields) return query(fields, format, count, driver);
     if (!list) printf("NVIDIA-SMI %s    Driver Version: %s    CUDA Version: %d.%d\n", driver, driver,
                       cuda / 1000, (cuda % 1000) / 10);

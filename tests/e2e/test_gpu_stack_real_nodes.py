@@ -15,7 +15,8 @@ the toolkit's runtime; a real Prometheus scrapes both exporters at their pods' a
 written into the host's fake driver takes the GPU out of the Node's allocatable and its recovery brings
 it back; a containerd restart leaves every operand and the workloads running; and with the driver broken
 on the host (its NVML library gone, or ``/dev/nvidiactl``), ``gpu-operator status`` names the step the node
-waits on, in the validator's own words, until the driver is repaired.
+waits on, in the validator's own words, until the driver is repaired; a MIG switch on the A100 node
+(the MIG manager, a GPU reset through the fake ``nvidia-smi``, the plugin re-advertising) reaches a pod.
 """
 
 from __future__ import annotations
@@ -303,3 +304,39 @@ def test_status_names_the_blocking_step_when_the_fake_driver_is_broken(
         else:
             driver.restore_device_nodes()
     wait_for(lambda: policy_state(kube) == "ready", timeout=180, describe="the policy ready once the driver is fixed")
+
+
+def _mig_state(kube: Client, node: str) -> str:
+    labels = kube.get(Node, node).metadata.labels or {}  # type: ignore[union-attr]
+    return str(labels.get("nvidia.com/mig.config.state", ""))
+
+
+@pytest.mark.timeout(420)
+def test_a_mig_switch_on_the_a100_node_reaches_its_pods(
+    gpu_cluster: LocalCluster, kube: Client, installed: float, product_image: ProductImage
+) -> None:
+    # The MIG manager enables MIG (the fake driver needs a GPU reset: `nvidia-smi -r` in the host root),
+    # creates seven 1g.5gb devices per GPU and the plugin, under the default "single" strategy,
+    # advertises the 14 as nvidia.com/gpu; a pod given one gets its GPU and that instance's two caps.
+    began = time.monotonic()
+    gpu_cluster.kubectl("label", "node", "real-node-2", "nvidia.com/mig.config=all-1g.5gb", "--overwrite")
+    wait_for(lambda: _mig_state(kube, "real-node-2") == "success" and _has_gpus(kube, "real-node-2", 14),
+             timeout=240, interval=1.0, describe="all-1g.5gb applied and 14 MIG devices allocatable")  # fmt: skip
+    print(f"MIG switch to all-1g.5gb, label to 14 allocatable: {time.monotonic() - began:.1f} s")
+    labels = kube.get(Node, "real-node-2").metadata.labels or {}  # type: ignore[union-attr]
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"  # GFD, from the new geometry
+
+    pod = _pod("mig-one", node="real-node-2", image=product_image.reference, gpus=1)
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", "ls /dev /dev/nvidia-caps | tr '\\n' ' '; sleep 3600"]
+    kube.create(codecs.from_dict(pod))
+
+    def caps() -> list[str] | None:
+        logs = gpu_cluster.kubectl("logs", "-n", "default", "mig-one", check=False).stdout
+        return [w for w in logs.split() if w.startswith("nvidia-cap")] or None
+
+    assert len(wait_for(caps, timeout=90, describe="the MIG pod's device nodes")) == 2  # its GI and its CI
+
+    kube.delete(Pod, "mig-one", namespace="default", grace_period=0)
+    gpu_cluster.kubectl("label", "node", "real-node-2", "nvidia.com/mig.config=all-disabled", "--overwrite")
+    wait_for(lambda: _mig_state(kube, "real-node-2") == "success" and _has_gpus(kube, "real-node-2", 2),
+             timeout=240, interval=1.0, describe="MIG off again and both whole GPUs allocatable")  # fmt: skip

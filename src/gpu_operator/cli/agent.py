@@ -13,6 +13,7 @@ import click
 from gpu_operator.agents.drivermanager.kubeclients import LightkubeCluster
 from gpu_operator.agents.host import HostContext, LightkubeNode
 from gpu_operator.agents.programs import PROGRAMS
+from gpu_operator.cli.logs import quiet_http_logs
 from gpu_operator.gpu import open_backend
 
 
@@ -23,6 +24,8 @@ from gpu_operator.gpu import open_backend
 def agent_command(name: str, gpu_backend: str, verbose: bool) -> None:
     """Run the node agent NAME until SIGTERM."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if not verbose:
+        quiet_http_logs()
     backend = open_backend(gpu_backend)
 
     async def run() -> None:

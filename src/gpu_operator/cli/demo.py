@@ -39,6 +39,7 @@ from gpu_operator.cli.demo_workload import (
     switch_mig,
     wait_busy_lines,
 )
+from gpu_operator.cli.logs import HTTP_LOGGERS
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.kube.crds import install_crds
 from gpu_operator.localcluster.binaries import ALL_BINARIES, BinariesNotFoundError, KubeBinaries, locate_binaries
@@ -84,7 +85,7 @@ def _log_to(path: Path) -> Iterator[None]:
     previous = root.level
     root.addHandler(handler)
     root.setLevel(logging.INFO)
-    quiet = [logging.getLogger(name) for name in ("httpx", "httpx2", "httpcore")]
+    quiet = [logging.getLogger(name) for name in HTTP_LOGGERS]
     for logger in quiet:
         logger.setLevel(logging.WARNING)
     try:

@@ -13,6 +13,7 @@ import signal
 
 import click
 
+from gpu_operator.cli.logs import quiet_http_logs
 from gpu_operator.reconcile.clusterpolicy import Outcome
 from gpu_operator.reconcile.endpoints import OperatorMetrics, serve
 from gpu_operator.reconcile.operator import Operator
@@ -33,8 +34,7 @@ def operator_command(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if log_level != "debug":
-        # httpx logs every request at INFO: thousands of lines an hour from the watches and the Lease.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
+        quiet_http_logs()
 
     async def run() -> None:
         stop, healthy, ready = asyncio.Event(), asyncio.Event(), asyncio.Event()

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
@@ -20,6 +19,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gpu_operator.cli.logs import quiet_http_logs
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.localcluster.state import default_state_dir as cluster_state_dir
 from gpu_operator.localcluster.state import live_state, process_start_time
@@ -117,7 +117,7 @@ def up_command(
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--nodes") from error
     access = ClusterAccess.from_kubeconfig(_kubeconfig(kubeconfig, cluster_state_dir))
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    quiet_http_logs()
     stop = threading.Event()
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, lambda *_: stop.set())

@@ -132,7 +132,9 @@ def running_init_containers(pod: Mapping[str, Any]) -> list[str]:
     return [str(s.get("name")) for s in statuses if "running" in (s.get("state") or {})]
 
 
-def pod_problem(pod: Mapping[str, Any] | None, *, last_lines: Mapping[tuple[str, str], str] | None = None) -> str | None:
+def pod_problem(
+    pod: Mapping[str, Any] | None, *, last_lines: Mapping[tuple[str, str], str] | None = None
+) -> str | None:
     """Why a pod is not serving yet, or None when it is Running and Ready. ``last_lines`` holds the last
     log line of running init containers, by (pod, container), when the caller could read them."""
     if pod is None:

@@ -63,12 +63,16 @@ _NODE_GET = Rule(("",), ("nodes",), ("get",))
 _NODE_READ = Rule(("",), ("nodes",), READ)
 _NODE_LABEL = Rule(("",), ("nodes",), ("get", "list", "watch", "patch"))
 _POD_REMOVE = (Rule(("",), ("pods",), ("get", "list", "watch", "delete")), Rule(("",), ("pods/eviction",), ("create",)))
+#: The driver and MIG managers record Events about their node (in "default", as the kubelet does).
+_NODE_EVENTS = Rule(("",), ("events",), ("create", "patch"))
 
 #: Service account -> what it may do. Operands not listed get a service account and no rules.
 OPERAND_PERMISSIONS: Mapping[str, Permissions] = MappingProxyType(
     {
         # The driver manager cordons nodes, evicts GPU pods and waits for operand pods to leave.
-        "nvidia-driver": Permissions(cluster=(_NODE_LABEL, *_POD_REMOVE, Rule(("apps",), ("daemonsets",), READ))),
+        "nvidia-driver": Permissions(
+            cluster=(_NODE_LABEL, *_POD_REMOVE, Rule(("apps",), ("daemonsets",), READ), _NODE_EVENTS)
+        ),
         "nvidia-operator-validator": Permissions(cluster=(_NODE_GET,)),
         # The device plugin and GFD read the node's nvidia.com/device-plugin.config label.
         "nvidia-device-plugin": Permissions(cluster=(_NODE_READ,)),
@@ -78,7 +82,7 @@ OPERAND_PERMISSIONS: Mapping[str, Permissions] = MappingProxyType(
         # GFD labels its node itself when NFD is not installed.
         "nvidia-gpu-feature-discovery": Permissions(cluster=(_NODE_LABEL,)),
         "nvidia-mig-manager": Permissions(
-            cluster=(_NODE_LABEL, *_POD_REMOVE),
+            cluster=(_NODE_LABEL, *_POD_REMOVE, _NODE_EVENTS),
             namespaced=(Rule(("",), ("configmaps",), ("get", "list", "watch", "create", "patch", "update")),),
         ),
         "nvidia-node-status-exporter": Permissions(cluster=(_NODE_GET,)),

@@ -172,7 +172,8 @@ def install(
     shutil.copyfile(build.smi, bindir / "nvidia-smi")
     (bindir / "nvidia-smi").chmod(0o755)
     driver.firmware_dir.mkdir(parents=True, exist_ok=True)
-    lines = [*config_lines(profile=profile, seed=seed, node_name=node_name), "device_nodes=1"]
+    # Like the real driver: processes see only the GPUs whose device nodes they have, and share MIG state.
+    lines = [*config_lines(profile=profile, seed=seed, node_name=node_name), "device_nodes=1", "shared_state=1"]
     driver.config.write_text("\n".join(lines) + "\n", encoding="utf-8")
     driver.faults.write_text("", encoding="utf-8")
     driver.restore_device_nodes()
