@@ -3,7 +3,8 @@
 #
 # Writes OUTDIR/libnvidia-ml.so.1 (soname libnvidia-ml.so.1, the name pynvml dlopens) and
 # OUTDIR/nvidia-smi (a fake nvidia-smi answering through that library) and OUTDIR/libcuda.so.1 (the
-# CUDA driver calls of the validator, over the same GPUs). nvml.h is taken
+# CUDA driver calls of the validator, over the same GPUs) and OUTDIR/nvidia-cuda-mps-control (a fake MPS
+# control daemon and client). nvml.h is taken
 # from the nvidia-nvml-dev wheel in the project's virtual environment at build time and never copied
 # into the repository (it carries NVIDIA's licence); set NVML_INCLUDE_DIR to use another copy.
 # Each SYMBOL named after OUTDIR is left out of the library's exports, to prove that a backend relying
@@ -57,3 +58,4 @@ ${CC:-gcc} -shared -fPIC -O1 -std=c11 -Wall -Wextra -Wno-deprecated-declarations
 ${CC:-gcc} -O1 -std=c11 -Wall -Wextra -I "$include" -o "$out/nvidia-smi" "$here/nvidia_smi.c" -ldl
 ${CC:-gcc} -shared -fPIC -O1 -std=c11 -Wall -Wextra -Wl,-soname,libcuda.so.1 \
   -o "$out/libcuda.so.1" "$here/fake_cuda.c" -ldl -lpthread
+${CC:-gcc} -O1 -std=c11 -Wall -Wextra -o "$out/nvidia-cuda-mps-control" "$here/mps_control.c"

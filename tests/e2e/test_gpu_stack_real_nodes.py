@@ -327,7 +327,8 @@ def test_a_mig_switch_on_the_a100_node_reaches_its_pods(
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"  # GFD, from the new geometry
 
     pod = _pod("mig-one", node="real-node-2", image=product_image.reference, gpus=1)
-    pod["spec"]["containers"][0]["command"] = ["sh", "-c", "ls /dev /dev/nvidia-caps | tr '\\n' ' '; sleep 3600"]
+    # (The newline matters: the runtime's log keeps a partial line back.)
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", "ls /dev /dev/nvidia-caps | tr '\\n' ' '; echo; sleep 3600"]
     kube.create(codecs.from_dict(pod))
 
     def caps() -> list[str] | None:

@@ -45,11 +45,15 @@ def test_agents_named_reads_init_and_main_containers() -> None:
 
 def test_the_default_policy_refuses_the_states_without_an_agent_and_renders_the_rest() -> None:
     states = _states({})
-    for name in ("state-dcgm", "state-mps-control-daemon"):
+    for name in ("state-dcgm",):
         assert states[name].enabled
         assert states[name].objects == ()
         assert "has no agent" in states[name].refused[0]
         assert state_result(states[name]).status == "refused"
+    # The MPS control daemon is an agent of its own now: rendered, on the nodes GFD marks mps.capable.
+    mps = states["state-mps-control-daemon"]
+    assert not mps.refused
+    assert agents_named(mps.objects) == {"mps-control-daemon", "validator"}
     for state in states.values():
         assert not missing_agents(state.objects), state.name
     assert states["state-device-plugin"].objects

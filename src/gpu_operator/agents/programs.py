@@ -17,6 +17,7 @@ from gpu_operator.agents.drivermanager import manager as driver_manager
 from gpu_operator.agents.exporter import program as exporter
 from gpu_operator.agents.gfd import program as feature_discovery
 from gpu_operator.agents.migmanager import program as mig_manager
+from gpu_operator.agents.mps import program as mps_control_daemon
 from gpu_operator.agents.nodestatus import program as node_status_exporter
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.toolkit import program as toolkit
@@ -45,5 +46,6 @@ PROGRAMS: MappingProxyType[str, Program] = MappingProxyType(
         "driver-manager": driver_manager.main,
         "driver": driver_program.main,
         "gpu-discovery": gpu_discovery.main,
+        "mps-control-daemon": mps_control_daemon.main,
     }
 )

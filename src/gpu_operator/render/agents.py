@@ -25,6 +25,7 @@ AGENTS = frozenset(
         "driver-manager",
         "driver",
         "gpu-discovery",
+        "mps-control-daemon",
     }
 )
 

@@ -4,8 +4,7 @@ An MPS-shared replica's Allocate response points the container at the daemon's p
 (``<mpsRoot>/<resource>/pipe``); with no daemon behind it, CUDA in the container fails. So a resource
 shared through MPS is served only while the daemon's ready marker ``<mpsRoot>/<resource>/.ready``
 exists (the MPS control daemon writes it once it answers on the pipe); until then the plugin leaves
-the resource out and says why. This operator's image has no MPS control daemon yet (the state is
-refused), so MPS-shared resources are not advertised at all rather than handed out broken.
+the resource out and says why (``gpu-operator agent mps-control-daemon`` runs the daemons).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Compiling the fake driver's binaries: ``libnvidia-ml.so.1``, ``libcuda.so.1`` and ``nvidia-smi``.
+"""Compiling the fake driver's binaries: ``libnvidia-ml.so.1``, ``libcuda.so.1``, ``nvidia-smi`` and
+``nvidia-cuda-mps-control``.
 
 Both come from ``hack/fake-nvml`` in a source checkout (they need a C compiler and NVML's header, which
 the ``nvidia-nvml-dev`` wheel of the project's environment provides). A build is cached under
@@ -23,7 +24,8 @@ SOURCE_DIR = Path("hack") / "fake-nvml"
 LIBRARY = "libnvidia-ml.so.1"
 SMI = "nvidia-smi"
 CUDA = "libcuda.so.1"
-_SOURCES = ("build.sh", "fake_cuda.c", "fake_nvml.c", "nvidia_smi.c")
+MPS_CONTROL = "nvidia-cuda-mps-control"
+_SOURCES = ("build.sh", "fake_cuda.c", "fake_nvml.c", "mps_control.c", "nvidia_smi.c")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +45,10 @@ class FakeDriverBuild:
     @property
     def cuda(self) -> Path:
         return self.directory / CUDA
+
+    @property
+    def mps_control(self) -> Path:
+        return self.directory / MPS_CONTROL
 
 
 def compile_into(outdir: Path, *, omit: Sequence[str] = (), checkout_root: Path | None = None) -> FakeDriverBuild:
@@ -74,7 +80,7 @@ def cached_build(*, checkout_root: Path | None = None, cache_root: Path | None =
     cache = cache_root or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-operator"
     target = cache / f"fake-driver-{digest.hexdigest()[:16]}"
     build = FakeDriverBuild(directory=target)
-    if all(path.is_file() for path in (build.library, build.smi, build.cuda)):
+    if all(path.is_file() for path in (build.library, build.smi, build.cuda, build.mps_control)):
         return build
     staging = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     compile_into(staging, checkout_root=root)

@@ -6,7 +6,8 @@ What an installed driver leaves on a node, made from a node profile of the simul
   ``libnvidia-ml.so.1`` link: what the toolkit's and the plugin's CDI specs mount, what pynvml loads;
 - ``usr/lib/x86_64-linux-gnu/libcuda.so.<version>``: the CUDA driver calls the validator makes, over
   the same GPUs (its one kernel, vector addition, runs on the CPU);
-- ``usr/bin/nvidia-smi``: the fake tool, answering through that library;
+- ``usr/bin/nvidia-smi``: the fake tool, answering through that library, and
+  ``usr/bin/nvidia-cuda-mps-control``: a fake MPS control daemon that keeps the limits it is given;
 - ``lib/firmware/nvidia/<version>/fake-nvml.conf``: the GPU description. The library finds it from
   its own location, and CDI mounts the firmware folder into GPU containers, so a workload's library
   knows its GPUs with no extra mount or variable;
@@ -169,8 +170,9 @@ def install(
             (libdir / name).symlink_to(target.name)
     bindir = root / BINARY_DIR
     bindir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(build.smi, bindir / "nvidia-smi")
-    (bindir / "nvidia-smi").chmod(0o755)
+    for tool in (build.smi, build.mps_control):
+        shutil.copyfile(tool, bindir / tool.name)
+        (bindir / tool.name).chmod(0o755)
     driver.firmware_dir.mkdir(parents=True, exist_ok=True)
     # Like the real driver: processes see only the GPUs whose device nodes they have, and share MIG state.
     lines = [*config_lines(profile=profile, seed=seed, node_name=node_name), "device_nodes=1", "shared_state=1"]

@@ -1,0 +1,1 @@
+"""The MPS control daemon agent: one ``nvidia-cuda-mps-control`` per MPS-shared resource."""
