@@ -16,7 +16,9 @@ written into the host's fake driver takes the GPU out of the Node's allocatable 
 it back; a containerd restart leaves every operand and the workloads running; and with the driver broken
 on the host (its NVML library gone, or ``/dev/nvidiactl``), ``gpu-operator status`` names the step the node
 waits on, in the validator's own words, until the driver is repaired; a MIG switch on the A100 node
-(the MIG manager, a GPU reset through the fake ``nvidia-smi``, the plugin re-advertising) reaches a pod.
+(the MIG manager, a GPU reset through the fake ``nvidia-smi``, the plugin re-advertising) reaches a pod;
+and a plugin config sharing the GPUs through MPS brings up the MPS control daemon and 4 replicas per
+GPU, whose pods reach that daemon.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -333,7 +336,7 @@ def test_a_mig_switch_on_the_a100_node_reaches_its_pods(
 
     def caps() -> list[str] | None:
         logs = gpu_cluster.kubectl("logs", "-n", "default", "mig-one", check=False).stdout
-        return [w for w in logs.split() if w.startswith("nvidia-cap")] or None
+        return [w for w in logs.split() if re.fullmatch(r"nvidia-cap\d+", w)] or None
 
     assert len(wait_for(caps, timeout=90, describe="the MIG pod's device nodes")) == 2  # its GI and its CI
 
@@ -341,3 +344,41 @@ def test_a_mig_switch_on_the_a100_node_reaches_its_pods(
     gpu_cluster.kubectl("label", "node", "real-node-2", "nvidia.com/mig.config=all-disabled", "--overwrite")
     wait_for(lambda: _mig_state(kube, "real-node-2") == "success" and _has_gpus(kube, "real-node-2", 2),
              timeout=240, interval=1.0, describe="MIG off again and both whole GPUs allocatable")  # fmt: skip
+
+
+MPS_CONFIGS = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {"name": "plugin-configs", "namespace": NAMESPACE},
+    "data": {"mps-4": "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"},
+}
+
+
+@pytest.mark.timeout(480)
+def test_mps_replicas_work_end_to_end(
+    gpu_cluster: LocalCluster, kube: Client, installed: float, product_image: ProductImage
+) -> None:
+    # The plugin config shares every GPU through MPS in 4 replicas: GFD marks the nodes mps.capable,
+    # the MPS control daemon starts the driver's daemon, the plugin then advertises 4 replicas per GPU,
+    # and a pod's MPS client reaches that daemon and reads its quarter share.
+    kube.create(codecs.from_dict(MPS_CONFIGS))
+    patch = '{"spec":{"devicePlugin":{"config":{"name":"plugin-configs","default":"mps-4"}}}}'
+    began = time.monotonic()
+    gpu_cluster.kubectl("patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p", patch)
+    wait_for(functools.partial(_has_gpus, kube, "real-node-1", 32), timeout=300, interval=1.0,
+             describe="32 MPS replicas of the 8 H100s allocatable")  # fmt: skip
+    print(f"MPS config to 32 replicas allocatable: {time.monotonic() - began:.1f} s")
+    labels = kube.get(Node, "real-node-1").metadata.labels or {}  # type: ignore[union-attr]
+    assert labels["nvidia.com/mps.capable"] == "true"
+    assert labels["nvidia.com/gpu.replicas"] == "4"
+
+    pod = _pod("mps-client", node="real-node-1", image=product_image.reference, gpus=1)
+    ask = "echo get_default_active_thread_percentage | nvidia-cuda-mps-control; echo done; sleep 3600"
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", ask]
+    kube.create(codecs.from_dict(pod))
+
+    def answer() -> str | None:
+        logs = gpu_cluster.kubectl("logs", "-n", "default", "mps-client", check=False).stdout.split()
+        return logs[0] if "done" in logs else None
+
+    assert wait_for(answer, timeout=90, describe="the MPS client's answer") == "25.0"

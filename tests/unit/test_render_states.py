@@ -303,3 +303,21 @@ def test_render_is_deterministic_and_hashes_change_with_content() -> None:
     assert changed[key]["metadata"]["annotations"][annotation] != first[key]["metadata"]["annotations"][annotation]
     other = ("DaemonSet", "gpu-feature-discovery")
     assert changed[other] == first[other]
+
+
+def test_every_reader_of_the_plugin_config_can_accept_an_mps_config() -> None:
+    # A config sharing through MPS is refused without an MPS root. GFD lacked one on real nodes, so it
+    # never labelled the node mps.capable, the MPS daemon was never scheduled and the plugin, waiting
+    # for that daemon, advertised nothing.
+    from gpu_operator.agents.deviceplugin.config import Settings, parse_config  # noqa: PLC0415
+
+    config = parse_config(
+        text="version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+        source="mps-4",
+    )
+    spec = {"devicePlugin": {"config": {"name": "plugin-configs", "default": "mps-4"}}}
+    for name in ("nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-device-plugin-mps-control-daemon"):
+        (container,) = pod(spec, name)["containers"]
+        env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
+        assert env.get("MPS_ROOT") == "/run/nvidia/mps", name
+        assert Settings.resolve(config=config, env=env).sharing_mode == "mps"

@@ -35,6 +35,8 @@ from gpu_operator.localcluster.state import (
     terminate_owner,
 )
 from gpu_operator.localcluster.supervisor import SUPERVISOR_LOG, serve, spawn_detached, wait_until_settled
+from gpu_operator.sim.fakedriver.nodes import node_setup
+from gpu_operator.sim.hardware import pci_functions
 
 #: The product image `make image` writes (relative to the working directory).
 DEFAULT_IMAGE = Path("build/image/gpu-operator.oci.tar")
@@ -96,12 +98,28 @@ def cluster_group() -> None:
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help=f"OCI archive to import into every real node (default: {DEFAULT_IMAGE} when it exists).",
 )
-def up_command(state_dir: Path | None, detach: bool, timeout: float, real_nodes: int, images: tuple[Path, ...]) -> None:
+@click.option(
+    "--gpus",
+    "gpu_profiles",
+    default="",
+    help="Comma-separated node profiles (e.g. dgx-h100,a100-mig), one per real node in order: that node "
+    "gets the fake NVIDIA driver of the profile installed on its host, and its PCI tree shows the GPUs.",
+)
+def up_command(
+    *,
+    state_dir: Path | None,
+    detach: bool,
+    timeout: float,
+    real_nodes: int,
+    images: tuple[Path, ...],
+    gpu_profiles: str,
+) -> None:
     """Start a fresh local cluster.
 
     Stays in the foreground until Ctrl-C, unless --detach. With --real-nodes N, N real nodes
     (real-node-1 ... real-node-N) register and run pods; the product image from `make image` is
-    imported into each.
+    imported into each. With --gpus, the first nodes get a fake NVIDIA driver on the host
+    (`helm install` the chart with driver.enabled=false to run the GPU stack on them).
     """
     directory = _state_dir(state_dir)
     running = live_state(state_dir=directory)
@@ -110,6 +128,15 @@ def up_command(state_dir: Path | None, detach: bool, timeout: float, real_nodes:
             f"a cluster is already running (pid {running.pid}, {running.server or 'starting'}); "
             f"stop it with `gpu-operator cluster down --state-dir {directory}`"
         )
+    profiles = [p.strip() for p in gpu_profiles.split(",") if p.strip()]
+    if len(profiles) > real_nodes:
+        raise click.BadParameter(f"{len(profiles)} GPU profiles for {real_nodes} real nodes", param_hint="--gpus")
+    if profiles and detach:
+        raise click.UsageError("--gpus runs in the foreground only (the background supervisor cannot install it)")
+    try:
+        setups = [node_setup(profile=p) for p in profiles]
+    except KeyError as error:
+        raise click.BadParameter(str(error.args[0]), param_hint="--gpus") from error
     binaries = _binaries()
     node_images = list(images)
     if real_nodes and not node_images and DEFAULT_IMAGE.is_file():
@@ -146,6 +173,8 @@ def up_command(state_dir: Path | None, detach: bool, timeout: float, real_nodes:
             on_ready=announce,
             real_nodes=real_nodes,
             node_images=node_images,
+            node_hardware=[pci_functions(p) for p in profiles],
+            node_setups=setups,
         )
     except ProcessStartError as error:
         raise click.ClickException(str(error)) from error

@@ -22,6 +22,8 @@ from types import FrameType
 
 from gpu_operator.localcluster.binaries import CONTROL_PLANE, KubeBinaries, locate_binaries
 from gpu_operator.localcluster.cluster import DEFAULT_START_TIMEOUT, LocalCluster
+from gpu_operator.localcluster.nodes.fakehost import PciFunction
+from gpu_operator.localcluster.nodes.spec import NodeSetup
 from gpu_operator.localcluster.state import (
     PHASE_FAILED,
     PHASE_READY,
@@ -69,6 +71,8 @@ def serve(
     poll_interval: float = 1.0,
     real_nodes: int = 0,
     node_images: Sequence[Path] = (),
+    node_hardware: Sequence[Sequence[PciFunction]] = (),
+    node_setups: Sequence[NodeSetup] = (),
 ) -> int:
     """Run a cluster until a signal (exit status 0) or a component failure (exit status 1)."""
     for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -88,6 +92,8 @@ def serve(
         handle_sigterm=False,
         real_nodes=real_nodes,
         node_images=node_images,
+        node_hardware=node_hardware,
+        node_setups=node_setups,
     )
     clean = False
     try:

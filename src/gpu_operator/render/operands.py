@@ -199,7 +199,10 @@ def render_gfd(ctx: RenderContext) -> list[JSON]:
     op = operand("gpu-feature-discovery")
     volumes = Volumes()
     config_env, config_mounts = plugin_config(ctx, volumes)
+    # MPS_ROOT as the plugin has it: a config sharing through MPS is refused without one, and GFD's
+    # mps.capable label is what schedules the MPS control daemon the plugin waits for.
     envs = [*config_env, env("GFD_SLEEP_INTERVAL", "60s"), env("GFD_FAIL_ON_INIT_ERROR", "true")]
+    envs.append(env("MPS_ROOT", ctx.spec.device_plugin.mps.root))
     mounts = [*config_mounts]
     if ctx.facts.nfd_installed:
         envs.append(env("GFD_OUTPUT_FILE", f"{NFD_FEATURES_DIR}/gfd"))
