@@ -401,7 +401,22 @@ def builds_section(ctx: BenchContext) -> Section:
     return Section("Cold builds: control plane and node binaries", body)
 
 
-SECTIONS.extend([image_section, real_nodes_section, builds_section])
+def gpu_stack_section(ctx: BenchContext) -> Section:
+    """Two real nodes with the fake NVIDIA driver: install to ready, operand memory, XID and MIG timings."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import gpustack_bench  # noqa: PLC0415 - a sibling module, imported when this section runs
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    repo = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, str(repo / "hack" / "image" / "build.py")], cwd=repo, check=True, timeout=1800)
+    image = repo / "build" / "image" / "gpu-operator.oci.tar"
+    results = gpustack_bench.measure(binaries=ctx.binaries, image=image, log=log)
+    return Section("GPU stack on real nodes with the fake driver", gpustack_bench.markdown(results))
+
+
+SECTIONS.extend([image_section, real_nodes_section, gpu_stack_section, builds_section])
 
 
 # -- report -----------------------------------------------------------------------------------------------
