@@ -135,3 +135,20 @@ except nv.NVMLError as exc:
     assert _python(driver, code).stdout.splitlines() == ["wait: Timeout", "gpu 1: GPU is lost"]
     with pytest.raises(ValueError, match="not a GPU of the fake driver"):
         driver.lose(uuid="GPU-nope")
+
+
+def test_mig_state_is_the_drivers_not_a_processs(build_dir: Path, tmp_path: Path) -> None:
+    # The MIG manager asks for MIG mode, nvidia-smi -r (another process) resets the GPU, the manager
+    # creates an instance, and a third process (the plugin) sees it: state lives beside the driver.
+    driver = install(root=tmp_path / "root", build=FakeDriverBuild(directory=build_dir),
+                     profile=node_profile("a100-mig"), node_name="n2")  # fmt: skip
+    backend = "from gpu_operator.gpu.nvml import NvmlBackend\nb = NvmlBackend()\n"
+    assert _python(driver, backend + "print(b.set_mig_mode(0, enabled=True))").stdout.strip() == "True"  # pending
+    assert _smi(driver, "-r", "-i", "0").stdout.startswith("GPU 00000000:")
+    created = _python(driver, backend + "b.create_mig_devices(0, profiles=['1g.5gb'])")
+    assert created.returncode == 0, created.stderr
+    look = (
+        "from gpu_operator.gpu.nvml import NvmlBackend\nb = NvmlBackend()\n"
+        "print([d.mig_enabled for d in b.devices()], [m.profile for m in b.mig_devices(0)])"
+    )
+    assert _python(driver, look).stdout.strip() == "[True, False] ['1g.5gb']"

@@ -89,3 +89,12 @@ def test_operand_rbac_objects() -> None:
 
 def test_every_operand_with_cluster_rules_has_a_managed_name() -> None:
     assert {a for a, p in OPERAND_PERMISSIONS.items() if p.cluster} <= set(OPERAND_CLUSTER_ROLES)
+
+
+@pytest.mark.parametrize("account", ["nvidia-driver", "nvidia-mig-manager"])
+def test_the_agents_that_record_node_events_may_create_them(account: str) -> None:
+    # Both post Events about their node in "default" (agents/drivermanager/kubeclients.py); on a real
+    # node the API server answered 403 until their roles allowed it.
+    granted = OPERAND_PERMISSIONS[account].cluster
+    assert covers(granted, Rule(("",), ("events",), ("create",)))
+    assert not covers(OPERAND_PERMISSIONS["nvidia-device-plugin"].cluster, Rule(("",), ("events",), ("create",)))
