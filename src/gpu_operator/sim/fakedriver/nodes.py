@@ -5,7 +5,9 @@
   files, so its kubelet, containerd and pods find them where a host driver puts them, while the
   machine's own directories stay untouched and other nodes see their own.
 - ``container``: laid out at ``/run/nvidia/driver`` (the node's private copy), where a driver
-  container exposes its root: what the operator's driver root is with ``driver.enabled=true``.
+  container exposes its root, so agents pointed at that driver root find it. Nothing installs it
+  through a driver container yet: the operator's driver state (``driver.enabled=true``) cannot run
+  on these nodes, whose kernel loads no modules and whose image carries no driver installer.
 
 :func:`node_setup` is what ``LocalCluster(node_setups=...)`` takes; :func:`attach` gives the
 :class:`FakeDriver` of a running node, its paths seen through the node's mount namespace, so faults
