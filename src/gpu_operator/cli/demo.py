@@ -28,6 +28,7 @@ from rich.console import Console
 from gpu_operator.cli.demo_install import install_operator
 from gpu_operator.cli.demo_operator import OPERATOR_NAMESPACE, create_operator_namespace
 from gpu_operator.cli.demo_progress import watch_until_ready
+from gpu_operator.cli.demo_real import run_real_demo
 from gpu_operator.cli.demo_upgrade import FIRST_VERSION, MAX_PARALLEL, NEW_VERSION, driver_section, run_upgrade
 from gpu_operator.cli.demo_workload import (
     WORKLOAD_NAMESPACE,
@@ -225,9 +226,17 @@ def _system(*, console: Console, cluster: LocalCluster, client: Client, nodes: s
 @click.option("--no-interactive", is_flag=True, help="Run every step to completion and exit (for tests and CI).")
 @click.option("--nodes", default=DEFAULT_NODES, show_default=True, help="Simulated nodes: PROFILE:COUNT,...")
 @click.option("--in-process", is_flag=True, help="Run the operator in a thread instead of installing the chart.")
-def demo_command(no_interactive: bool, nodes: str, in_process: bool) -> None:
+@click.option(
+    "--real-nodes",
+    is_flag=True,
+    help="Run the story on two real kubelet nodes with the fake NVIDIA driver instead (root; see demo_real).",
+)
+def demo_command(*, no_interactive: bool, nodes: str, in_process: bool, real_nodes: bool) -> None:
     """Show the GPU operator working on an embedded local cluster with simulated GPU nodes."""
     console = Console()
     if not console.is_terminal:
         console.width = max(console.width, WIDE)  # a log or a test capture: keep the node table readable
+    if real_nodes:
+        run_real_demo(console=console, interactive=not no_interactive)
+        return
     run_demo(console=console, interactive=not no_interactive, nodes=nodes, in_process=in_process)

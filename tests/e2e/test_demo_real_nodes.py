@@ -1,0 +1,48 @@
+"""`gpu-operator demo --real-nodes --no-interactive`: the story on two real nodes with the fake driver.
+
+It builds (or reuses) the image, starts a control plane and two real nodes with the fake driver on
+their hosts, installs the chart, and runs every step: the policy ready, a GPU pod whose nvidia-smi
+lists its two GPUs, the exporter's metrics at its pod address, an XID and its recovery, a MIG switch.
+Then everything it started is gone and the host is as it was.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from gpu_operator.cli.main import cli
+from gpu_operator.localcluster.binaries import KubeBinaries
+from gpu_operator.localcluster.nodes.binaries import ENV_NODE_BIN_DIR, NodeBinaries
+from tests.e2e.conftest import HostSnapshot, ProductImage, assert_host_restored
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.timeout(600)
+def test_the_real_node_demo_runs_every_step(
+    kube_binaries: KubeBinaries,
+    node_binaries: NodeBinaries,
+    product_image: ProductImage,
+    host_snapshot: HostSnapshot,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GPU_OPERATOR_KUBE_BIN_DIR", str(kube_binaries.bin_dir))
+    monkeypatch.setenv(ENV_NODE_BIN_DIR, str(node_binaries.bin_dir))
+    monkeypatch.setenv("COLUMNS", "200")
+    result = CliRunner().invoke(cli, ["demo", "--real-nodes", "--no-interactive"], env=dict(os.environ))
+    out = result.output
+    assert result.exit_code == 0, out[-4000:] + repr(result.exception)
+    for step in range(1, 8):
+        assert f"[{step}/7]" in out
+    assert "ClusterPolicy ready" in out
+    assert out.count("$ nvidia-smi -L → GPU ") == 2  # exactly the pod's two GPUs
+    assert "DCGM_FI_DEV_GPU_UTIL{" in out
+    assert "XID 79 on GPU-" in out
+    assert "it answers again: allocatable 2" in out
+    assert "allocatable: " in out
+    assert "nvidia.com/mig-1g.5gb=14" in out
+    assert "the host is as it was" in out
+    assert_host_restored(host_snapshot)
