@@ -44,5 +44,6 @@ def test_the_real_node_demo_runs_every_step(
     assert "it answers again: allocatable 2" in out
     assert "allocatable: " in out
     assert "nvidia.com/mig-1g.5gb=14" in out
+    assert "ready again after" in out  # the operands the MIG switch restarted are back
     assert "the host is as it was" in out
     assert_host_restored(host_snapshot)

@@ -71,7 +71,7 @@ def _allocatable(client: Client, node: str) -> str:
 
 
 def _watch_ready(*, console: Console, cluster: LocalCluster, timeout: float = 300.0) -> float:
-    """Print each node's first blocking step whenever it changes, until the policy is ready."""
+    """Print each node's first blocking step whenever it changes, until every node and the policy are ready."""
     begin = time.monotonic()
     last: dict[str, str] = {}
     while time.monotonic() - begin < timeout:
@@ -81,7 +81,8 @@ def _watch_ready(*, console: Console, cluster: LocalCluster, timeout: float = 30
             if last.get(report.node) != now:
                 console.print(f"  {time.monotonic() - begin:5.1f} s  {report.node}: {now}", soft_wrap=True)
                 last[report.node] = now
-        if policies and (policies[0].get("status") or {}).get("state") == "ready":
+        nodes_ready = len(reports) == len(PROFILES) and all(not r.blocking for r in reports)
+        if nodes_ready and policies and (policies[0].get("status") or {}).get("state") == "ready":
             return time.monotonic() - begin
         time.sleep(1.0)
     raise click.ClickException(f"the ClusterPolicy was not ready after {timeout:.0f} s; see gpu-operator status")
@@ -167,6 +168,9 @@ def run_real_demo(*, console: Console, interactive: bool) -> None:
         _step(console, 7, "Switch the A100 node to MIG config all-1g.5gb")
         switch_mig(console=console, client=client, node="real-node-2", config="all-1g.5gb",
                    resource="nvidia.com/mig-1g.5gb", timeout=240)  # fmt: skip
+        console.print("  the MIG manager restarted the GPU operands of real-node-2; they come back:")
+        took = _watch_ready(console=console, cluster=cluster)
+        console.print(f"  [green]ClusterPolicy ready[/green] again after {took:.0f} s")
         policies, reports = gather(kubeconfig=str(cluster.kubeconfig_path), namespace=NAMESPACE)
         print_status(console=console, policies=policies, reports=reports)
         console.print(f"export KUBECONFIG={cluster.kubeconfig_path}")
