@@ -346,19 +346,23 @@ def image_section(ctx: BenchContext) -> Section:
     return section
 
 
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _product_image() -> Path:
+    """The image of this checkout (a warm build when nothing changed), as `make image` writes it."""
+    repo = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, str(repo / "hack" / "image" / "build.py")], cwd=repo, check=True, timeout=1800)
+    return repo / "build" / "image" / "gpu-operator.oci.tar"
+
+
 def real_nodes_section(ctx: BenchContext) -> Section:
     """Two real kubelet nodes: start to Ready, kubelet and containerd RSS, `helm install` to operator Ready."""
     sys.path.insert(0, str(Path(__file__).parent))
     import realnode_bench  # noqa: PLC0415 - a sibling module, imported when this section runs
 
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    repo = Path(__file__).resolve().parents[1]
-    # The image of this checkout (a warm build when nothing changed), as `make image` writes it.
-    subprocess.run([sys.executable, str(repo / "hack" / "image" / "build.py")], cwd=repo, check=True, timeout=1800)
-    image = repo / "build" / "image" / "gpu-operator.oci.tar"
-    results = realnode_bench.measure(binaries=ctx.binaries, image=image, log=log)
+    results = realnode_bench.measure(binaries=ctx.binaries, image=_product_image(), log=_log)
     return Section("Real nodes: start, footprint and helm install", realnode_bench.markdown(results))
 
 
@@ -406,13 +410,7 @@ def gpu_stack_section(ctx: BenchContext) -> Section:
     sys.path.insert(0, str(Path(__file__).parent))
     import gpustack_bench  # noqa: PLC0415 - a sibling module, imported when this section runs
 
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    repo = Path(__file__).resolve().parents[1]
-    subprocess.run([sys.executable, str(repo / "hack" / "image" / "build.py")], cwd=repo, check=True, timeout=1800)
-    image = repo / "build" / "image" / "gpu-operator.oci.tar"
-    results = gpustack_bench.measure(binaries=ctx.binaries, image=image, log=log)
+    results = gpustack_bench.measure(binaries=ctx.binaries, image=_product_image(), log=_log)
     return Section("GPU stack on real nodes with the fake driver", gpustack_bench.markdown(results))
 
 
