@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpu_operator.sim.fakedriver.build import LIBRARY, compile_into
-from gpu_operator.sim.fakedriver.config import config_lines, write_config
+from gpu_operator.sim.fakedriver.build import compile_into
+from gpu_operator.sim.fakedriver.config import write_config
 
 REPO = Path(__file__).resolve().parents[2]
 
-__all__ = ["LIBRARY", "REPO", "build", "config_lines", "write_config"]
+__all__ = ["REPO", "build", "write_config"]
 
 
 def build(outdir: Path, *, omit: Sequence[str] = ()) -> Path:

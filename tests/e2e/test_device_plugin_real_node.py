@@ -1,17 +1,16 @@
 """The device plugin as a real container on a real kubelet, over real NVML and the fake libnvidia-ml.
 
-The node's driver root (``/run/nvidia/driver``, private to the node) holds the compiled fake
-``libnvidia-ml.so.1`` and its config describing an 8-GPU H100 node; the product image carries no
-driver, so the plugin's NVML loads that library from the driver root through the host mount. The
-plugin registers with the node's real kubelet, the Node's allocatable shows the GPUs, a pod asking for
-two gets exactly two (the kubelet's Allocate through the real gRPC socket), and after a kubelet restart
+The node's driver root (``/run/nvidia/driver``, private to the node) holds the fake driver of an
+8-GPU H100 node (``sim.fakedriver``, its ``container`` shape); the product image carries no driver,
+so the plugin's NVML loads that library from the driver root through the host mount. The plugin
+registers with the node's real kubelet, the Node's allocatable shows the GPUs, a pod asking for two
+gets exactly two (the kubelet's Allocate through the real gRPC socket), and after a kubelet restart
 the plugin registers again within 5 s (measured); allocatable follows at the kubelet's next node status
 update (10 s by default), which the plugin does not control.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,12 +19,11 @@ import pytest
 from lightkube import Client, codecs
 from lightkube.resources.core_v1 import Node, Pod
 
-from gpu_operator.gpu.catalog import node_profile
 from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
 from gpu_operator.localcluster.waiting import wait_for
-from tests.contract import fakenvml
+from gpu_operator.sim.fakedriver.nodes import node_setup
 from tests.e2e.conftest import ProductImage
 
 pytestmark = pytest.mark.e2e
@@ -40,23 +38,17 @@ NODE_STATUS_PERIOD_S = 10.0  # the kubelet's nodeStatusUpdateFrequency (its defa
 
 @pytest.fixture(scope="module")
 def gpu_node(
-    kube_binaries: KubeBinaries,
-    node_binaries: NodeBinaries,
-    product_image: ProductImage,
-    tmp_path_factory: pytest.TempPathFactory,
+    kube_binaries: KubeBinaries, node_binaries: NodeBinaries, product_image: ProductImage
 ) -> Iterator[LocalCluster]:
-    library = fakenvml.build(tmp_path_factory.mktemp("fake-nvml"))
+    # The fake driver laid out in the node's private /run/nvidia/driver, a driver container's root.
     cluster = LocalCluster(
-        binaries=kube_binaries, real_nodes=1, node_images=[product_image.archive], node_binaries=node_binaries
+        binaries=kube_binaries,
+        real_nodes=1,
+        node_images=[product_image.archive],
+        node_binaries=node_binaries,
+        node_setups=[node_setup(profile=PROFILE, shape="container")],
     )
     with cluster:
-        assert cluster.real_nodes is not None
-        # The host-installed fake driver, inside the node's private /run/nvidia.
-        driver = cluster.real_nodes.node(NODE).spec.private("/run/nvidia") / "driver"
-        libdir = driver / "usr" / "lib" / "x86_64-linux-gnu"
-        libdir.mkdir(parents=True)
-        shutil.copy(library / fakenvml.LIBRARY, libdir / fakenvml.LIBRARY)
-        fakenvml.write_config(driver / "fake-nvml.conf", profile=node_profile(PROFILE), node_name=NODE)
         yield cluster
 
 
@@ -64,7 +56,6 @@ def _plugin_pod(image: str) -> JSON:
     env = {
         "HOST_ROOT": "/host",
         "DRIVER_INSTALL_DIR": DRIVER_ROOT,
-        "FAKE_NVML_CONFIG": f"/host{DRIVER_ROOT}/fake-nvml.conf",
         "DEVICE_LIST_STRATEGY": "envvar",
         "FAIL_ON_INIT_ERROR": "true",
     }

@@ -29,7 +29,8 @@ from lightkube import Client, codecs
 from lightkube.resources.core_v1 import Node
 from rich.console import Console
 
-from gpu_operator.cli.demo_workload import EXPORTER_PORT, UTIL_METRIC, switch_mig
+from gpu_operator.cli.demo_progress import gpu_resources, operand_pods
+from gpu_operator.cli.demo_workload import EXPORTER_DAEMONSET, EXPORTER_PORT, UTIL_METRIC, switch_mig
 from gpu_operator.cli.status import gather, print_status
 from gpu_operator.localcluster.binaries import ALL_BINARIES, BinariesNotFoundError, find_checkout_root, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster
@@ -66,8 +67,7 @@ def _reference(archive: Path) -> str:
 
 
 def _allocatable(client: Client, node: str) -> str:
-    status = client.get(Node, node).status
-    return str((status.allocatable or {}).get("nvidia.com/gpu", "")) if status else ""
+    return gpu_resources(client.get(Node, node).to_dict()).get("nvidia.com/gpu", "0")
 
 
 def _watch_ready(*, console: Console, cluster: LocalCluster, timeout: float = 300.0) -> float:
@@ -108,10 +108,12 @@ def _workload(*, console: Console, cluster: LocalCluster, client: Client, image:
         console.print(f"  $ nvidia-smi -L → {line}", highlight=False)
 
 
-def _exporter(*, console: Console, cluster: LocalCluster) -> None:
+def _exporter(*, console: Console, client: Client) -> None:
     _step(console, 5, "The exporter's metrics, scraped at its pod's address on real-node-1")
-    pods = cluster.kubectl("get", "pods", "-n", NAMESPACE, "-l", "app=nvidia-dcgm-exporter", "-o", "json").stdout
-    ip = next(p["status"].get("podIP") for p in json.loads(pods)["items"] if p["spec"]["nodeName"] == "real-node-1")
+    pod = operand_pods(client=client, namespace=NAMESPACE).get((EXPORTER_DAEMONSET, "real-node-1")) or {}
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        raise click.ClickException("no running exporter pod with an IP on real-node-1")
     url = f"http://{ip}:{EXPORTER_PORT}/metrics"
     console.print(f"  GET {url}")
     lines = [x for x in httpx.get(url, timeout=5.0).text.splitlines() if x.startswith(UTIL_METRIC + "{")]
@@ -163,7 +165,7 @@ def run_real_demo(*, console: Console, interactive: bool) -> None:
         took = _watch_ready(console=console, cluster=cluster)
         console.print(f"  [green]ClusterPolicy ready[/green] after {took:.0f} s")
         _workload(console=console, cluster=cluster, client=client, image=_reference(archive))
-        _exporter(console=console, cluster=cluster)
+        _exporter(console=console, client=client)
         _xid(console=console, cluster=cluster, client=client)
         _step(console, 7, "Switch the A100 node to MIG config all-1g.5gb")
         switch_mig(console=console, client=client, node="real-node-2", config="all-1g.5gb",

@@ -62,12 +62,16 @@ def gather(
     finally:
         client.close()
     reports = []
+    off = disabled_steps(active)
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:  # one pass: a thousand nodes' pods are not scanned once per node
+        by_node.setdefault(_node_of(pod), []).append(pod)
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = node["metadata"]["name"]
-        mine = [p for p in pods if _node_of(p) == name]
         mine_events = events if name == node_name else ()
-        off = disabled_steps(active)
-        reports.append(explain_node(node, pods=mine, events=mine_events, last_lines=last_lines, disabled=off))
+        reports.append(
+            explain_node(node, pods=by_node.get(name, []), events=mine_events, last_lines=last_lines, disabled=off)
+        )
     return policies, reports
 
 

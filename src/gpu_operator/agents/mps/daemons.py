@@ -16,9 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_operator.agents.deviceplugin.mps import READY_MARKER  # what the plugin waits for
+
 log = logging.getLogger(__name__)
 CONTROL = "nvidia-cuda-mps-control"
-READY_MARKER = ".ready"  # the plugin's agents.deviceplugin.mps waits for this file
 _TIMEOUT_S = 30
 
 

@@ -23,7 +23,6 @@ from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.gpu.backend import GpuBackend, GpuError
 
 log = logging.getLogger(__name__)
-DEFAULT_MPS_ROOT = "/run/nvidia/mps"
 
 
 def wanted(*, backend: GpuBackend, settings: Settings) -> list[DaemonSpec]:
@@ -41,47 +40,39 @@ def wanted(*, backend: GpuBackend, settings: Settings) -> list[DaemonSpec]:
 
 
 class Daemons:
-    """The running daemons and one reconcile step."""
+    """The running daemons and one reconcile step; each daemon is stopped with the tool and under the
+    MPS root it was started with."""
 
     def __init__(self, ctx: AgentContext) -> None:
         self.ctx = ctx
         self.configs = NamedConfigs(ctx)
-        self.running: dict[str, DaemonSpec] = {}
+        self.running: dict[str, tuple[DaemonSpec, Path, Path]] = {}  # resource -> (spec, tool, MPS root)
         self.problem = ""
-
-    @property
-    def mps_root(self) -> Path:
-        return self.ctx.path(self.ctx.env.get("MPS_ROOT") or DEFAULT_MPS_ROOT)
-
-    def _binary(self, settings: Settings) -> Path:
-        host_root = self.ctx.host_path("/")
-        return daemons.find_control(env=self.ctx.env, host_root=host_root, driver_root=settings.driver_root)
 
     async def step(self) -> None:
         settings = await self.configs.settings()
         specs = {s.resource: s for s in await asyncio.to_thread(wanted, backend=self.ctx.gpu, settings=settings)}
-        binary = self._binary(settings) if specs or self.running else None
-        for name, spec in list(self.running.items()):
+        for name, (spec, binary, root) in list(self.running.items()):
             if specs.get(name) != spec:
-                assert binary is not None
-                await asyncio.to_thread(daemons.stop, binary, spec, mps_root=self.mps_root)
+                await asyncio.to_thread(daemons.stop, binary, spec, mps_root=root)
                 del self.running[name]
+        if not specs:
+            return
+        # The plugin's own MPS root (a config sharing through MPS is refused without one).
+        root = self.ctx.path(settings.mps_root)
+        host_root = self.ctx.host_path("/")
+        binary = daemons.find_control(env=self.ctx.env, host_root=host_root, driver_root=settings.driver_root)
         for name, spec in specs.items():
-            assert binary is not None
-            if name in self.running and await asyncio.to_thread(daemons.answers, binary, spec, mps_root=self.mps_root):
+            if name in self.running and await asyncio.to_thread(daemons.answers, binary, spec, mps_root=root):
                 continue
             if name in self.running:
                 log.warning("mps[%s]: the daemon for %s stopped answering; starting it again", self.ctx.node_name, name)
-            await asyncio.to_thread(daemons.start, binary, spec, mps_root=self.mps_root)
-            self.running[name] = spec
+            await asyncio.to_thread(daemons.start, binary, spec, mps_root=root)
+            self.running[name] = (spec, binary, root)
 
     async def stop_all(self) -> None:
-        if not self.running:
-            return
-        settings = await self.configs.settings()
-        binary = self._binary(settings)
-        for spec in self.running.values():
-            await asyncio.to_thread(daemons.stop, binary, spec, mps_root=self.mps_root)
+        for spec, binary, root in self.running.values():
+            await asyncio.to_thread(daemons.stop, binary, spec, mps_root=root)
         self.running.clear()
 
 

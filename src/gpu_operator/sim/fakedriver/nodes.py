@@ -16,7 +16,6 @@ change what the node's processes see.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Literal
 
@@ -56,11 +55,6 @@ def node_setup(*, profile: str, shape: Shape = "host", build: FakeDriverBuild | 
 
 
 def attach(node: RealNode, *, profile: str, shape: Shape = "host") -> FakeDriver:
-    """The fake driver installed on running ``node``, its paths seen from inside the node."""
-    written = install_record(node.spec, profile=profile, shape=shape)
-    return dataclasses.replace(written, root=node.view(driver_root(shape)))
-
-
-def install_record(spec: NodeSpec, *, profile: str, shape: Shape) -> FakeDriver:
-    """The :class:`FakeDriver` that :func:`node_setup` installed for ``spec`` (host paths)."""
-    return FakeDriver.describe(root=_install_root(spec, shape), profile=node_profile(profile), node_name=spec.name)
+    """The fake driver :func:`node_setup` installed on running ``node``, its paths seen from inside it."""
+    root = node.view(driver_root(shape))
+    return FakeDriver.describe(root=root, profile=node_profile(profile), node_name=node.spec.name)
