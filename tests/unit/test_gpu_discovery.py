@@ -1,4 +1,4 @@
-"""GPU discovery without NFD: NVIDIA GPUs from a PCI tree, and the one label the agent writes."""
+"""GPU discovery without NFD: NVIDIA GPUs from a PCI tree and the OS from os-release, as node labels."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 
 from gpu_operator.agents.discovery import program
+from gpu_operator.agents.discovery.osrelease import parse_os_release
 from gpu_operator.agents.discovery.pci import nvidia_gpus
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.localcluster.nodes.fakehost import write_pci_tree
 from gpu_operator.reconcile.nodelabels import PRESENT, label_changes
+from gpu_operator.render.facts import DISCOVERED_OS_ID, DISCOVERED_OS_VERSION, OS_ID, OS_VERSION, os_tag
 from gpu_operator.sim.hardware import pci_functions, sysfs_address
 from tests.unit.fake_backend import FakeBackend
 from tests.unit.fake_context import FakeContext, FakeNode
@@ -89,3 +91,32 @@ def test_a_fake_host_tree_of_a_catalog_profile_is_what_discovery_reads(tmp_path:
     assert (devices / "0000:00:00.0" / "vendor").read_text() == "0x8086\n"  # the host bridge is not a GPU
     write_pci_tree(tmp_path / "cpu", functions=pci_functions("cpu-only"))
     assert nvidia_gpus(tmp_path / "cpu") == []
+
+
+def _os_release(root: Path, text: str) -> None:
+    """The Debian layout: /etc/os-release a relative link into /usr/lib."""
+    (root / "host" / "usr" / "lib").mkdir(parents=True, exist_ok=True)
+    (root / "host" / "usr" / "lib" / "os-release").write_text(text)
+    (root / "host" / "etc").mkdir(parents=True, exist_ok=True)
+    (root / "host" / "etc" / "os-release").symlink_to("../usr/lib/os-release")
+
+
+def test_the_os_is_labelled_for_the_driver_tag_and_follows_the_host(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    _os_release(tmp_path, '# comment\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n')
+    node = FakeNode(values={"kubernetes.io/os": "linux"})
+    ctx = FakeContext(root=tmp_path, gpu=FakeBackend(devices=[]), node=node)
+    asyncio.run(program.discover_once(ctx))
+    assert node.values == {"kubernetes.io/os": "linux", program.DISCOVERED: "false",
+                           DISCOVERED_OS_ID: "debian", DISCOVERED_OS_VERSION: "12"}  # fmt: skip
+    assert os_tag(node.values) == "debian12"
+    # An OS upgrade (and a field that is no label value) is followed; NFD's labels win where present.
+    (tmp_path / "host" / "usr" / "lib" / "os-release").write_text("ID=rhel\nVERSION_ID=9.4\n")
+    asyncio.run(program.discover_once(ctx))
+    assert os_tag(node.values) == "rhel9"
+    assert os_tag({**node.values, OS_ID: "ubuntu", OS_VERSION: "22.04"}) == "ubuntu22.04"
+    assert parse_os_release("ID='sles'\nVERSION_ID=\"15.6\"\n") == {"ID": "sles", "VERSION_ID": "15.6"}
+    (tmp_path / "host" / "usr" / "lib" / "os-release").write_text("ID=my os!\n")
+    asyncio.run(program.discover_once(ctx))
+    assert DISCOVERED_OS_ID not in node.values and DISCOVERED_OS_VERSION not in node.values
+    assert os_tag(node.values) is None

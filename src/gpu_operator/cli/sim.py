@@ -19,6 +19,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gpu_operator.cli.fakedriver import fake_driver_group
 from gpu_operator.cli.logs import quiet_http_logs
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.localcluster.state import default_state_dir as cluster_state_dir
@@ -67,6 +68,9 @@ def _kubeconfig(kubeconfig: Path | None, cluster_dir: Path | None) -> Path:
 @click.group(name="sim")
 def sim_group() -> None:
     """Simulated GPU nodes that run the operator's agents against simulated GPUs."""
+
+
+sim_group.add_command(fake_driver_group)
 
 
 @sim_group.command(name="up")

@@ -34,6 +34,9 @@ OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
 OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
 OS_VERSION_MAJOR = "feature.node.kubernetes.io/system-os_release.VERSION_ID.major"
 KERNEL = "feature.node.kubernetes.io/kernel-version.full"
+#: Written by the discovery agent (no NFD): the node's os-release ID and VERSION_ID, for the driver tag.
+DISCOVERED_OS_ID = "nvidia.com/gpu-discovery.os-release.ID"
+DISCOVERED_OS_VERSION = "nvidia.com/gpu-discovery.os-release.VERSION_ID"
 #: Distributions whose driver images are tagged by major version only (``rhel9``).
 MAJOR_ONLY_OS = frozenset({"rhel", "rocky", "ol"})
 
@@ -85,10 +88,14 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
 
 
 def os_tag(labels: Mapping[str, str]) -> str | None:
-    """The driver OS tag of a node (``ubuntu22.04``, ``rhel9``) from its NFD labels, or None."""
+    """The driver OS tag of a node (``ubuntu22.04``, ``rhel9``) from its NFD labels (or, without them,
+    the discovery agent's), or None."""
     os_id = labels.get(OS_ID)
     if not os_id:
-        return None
+        own_id, own_version = labels.get(DISCOVERED_OS_ID), labels.get(DISCOVERED_OS_VERSION, "")
+        if not own_id or not own_version:
+            return None
+        return f"{own_id}{own_version.split('.')[0]}" if own_id in MAJOR_ONLY_OS else f"{own_id}{own_version}"
     if os_id in MAJOR_ONLY_OS:
         major = labels.get(OS_VERSION_MAJOR) or labels.get(OS_VERSION, "").split(".")[0]
         return f"{os_id}{major}" if major else None

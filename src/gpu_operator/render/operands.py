@@ -219,14 +219,17 @@ def render_gfd(ctx: RenderContext) -> list[JSON]:
 
 def render_gpu_discovery(ctx: RenderContext) -> list[JSON]:
     """Ours: where NFD is absent, a small agent on every Linux node reads the PCI tree and labels the node
-    ``nvidia.com/gpu.discovered`` (what the node labeller reads, beside NFD's PCI labels). Nothing with NFD."""
+    ``nvidia.com/gpu.discovered`` (what the node labeller reads, beside NFD's PCI labels), and its OS
+    (what a tagged driver image needs, beside NFD's os-release labels). Nothing with NFD."""
     if ctx.facts.has_nfd_labels:
         ctx.notes.append("Node Feature Discovery labels GPU nodes in this cluster: GPU discovery not deployed")
         return []
     op = operand("state-gpu-discovery")
     volumes = Volumes()
-    volumes.host("host-sys", "/sys", kind="Directory")
-    mounts = [mount("host-sys", f"{HOST_ROOT}/sys", read_only=True)]
+    mounts = []
+    # The PCI tree, and the os-release the driver image tag needs (/etc/os-release often links into /usr/lib).
+    for name, path in (("host-sys", "/sys"), ("host-etc", "/etc"), ("host-usr-lib", "/usr/lib")):
+        mounts.append(mount(volumes.host(name, path, kind="Directory"), f"{HOST_ROOT}{path}", read_only=True))
     # Always our own image: this state has no counterpart in NVIDIA's operator, so no section names one.
     image = ResolvedImage(reference=ctx.settings.agent_image, explicit=False)
     main = container(

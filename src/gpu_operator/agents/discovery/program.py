@@ -1,9 +1,10 @@
 """``gpu-operator agent gpu-discovery``: label this node ``nvidia.com/gpu.discovered`` from its PCI tree.
 
 Runs on every Linux node of a cluster without Node Feature Discovery (the operator deploys it only
-then), so the operator learns which nodes have NVIDIA GPUs; it is the only writer of that label and
-writes nothing else. ``true`` when the PCI tree shows an NVIDIA display or 3D controller, ``false``
-otherwise; rescanned every ``DISCOVERY_INTERVAL_SECONDS`` (60) and written only when it changes.
+then), so the operator learns which nodes have NVIDIA GPUs; it is the only writer of that label.
+``true`` when the PCI tree shows an NVIDIA display or 3D controller, ``false`` otherwise. Beside it,
+the OS a tagged driver image needs, from the host's os-release (``osrelease``), under keys of its own.
+Rescanned every ``DISCOVERY_INTERVAL_SECONDS`` (60); labels are written only when they change.
 
 Environment: ``PCI_DEVICES_DIR`` (``/sys/bus/pci/devices``, a path on the node, read through the host
 root mount; a test node points it at a fake tree) and ``DISCOVERY_INTERVAL_SECONDS``.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 
+from gpu_operator.agents.discovery.osrelease import os_labels
 from gpu_operator.agents.discovery.pci import nvidia_gpus
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.render.facts import GPU_DISCOVERED
@@ -36,12 +38,13 @@ async def discover_once(ctx: AgentContext) -> bool:
     """Scan the PCI tree and bring the label up to date; return whether this node has NVIDIA GPUs."""
     devices = ctx.host_path(ctx.env.get("PCI_DEVICES_DIR") or DEFAULT_DEVICES)
     gpus = nvidia_gpus(devices)
-    value = "true" if gpus else "false"
+    wanted: dict[str, str | None] = {DISCOVERED: "true" if gpus else "false", **os_labels(ctx.host_path("/"))}
     if ctx.node is not None:
         labels = await ctx.node.labels()
-        if labels.get(DISCOVERED) != value:
-            await ctx.node.patch_labels({DISCOVERED: value})
-            log.info("%s=%s on %s (GPUs at %s)", DISCOVERED, value, ctx.node_name, ", ".join(gpus) or "-")
+        changes = {key: value for key, value in wanted.items() if labels.get(key) != value}
+        if changes:
+            await ctx.node.patch_labels(changes)
+            log.info("%s on %s (GPUs at %s)", changes, ctx.node_name, ", ".join(gpus) or "-")
     return bool(gpus)
 
 

@@ -53,7 +53,9 @@ def driver_host(ctx: AgentContext) -> DriverHost:
             load_seconds=float(ctx.env.get("SIMULATED_MODULE_LOAD_SECONDS", "0")),
         )
     return HostDriver(
-        sys_root=ctx.path("/sys"),
+        # The host's sysfs through the host root: the same kernel as the container's own /sys on a real
+        # host, and the only view of a node's fake kernel (sim.fakedriver.container) on a test node.
+        sys_root=ctx.host_path("/sys"),
         host_root=ctx.host_path("/"),
         runfile_dir=ctx.path(ctx.env.get("DRIVER_RUNFILE_DIR", "/drivers")),
         module_type=ctx.env.get("KERNEL_MODULE_TYPE", "open") or "open",

@@ -85,6 +85,7 @@ class RealNodes:
                     run_cgroup=ledger.run_cgroup,
                     fake_pci=bool(self.hardware[index - 1]),
                     host_overlay=setup.host_overlay,
+                    fake_kernel=setup.fake_kernel,
                 )
                 node = RealNode(spec=spec, binaries=self.binaries, pci_functions=self.hardware[index - 1])
                 self.nodes.append(node)

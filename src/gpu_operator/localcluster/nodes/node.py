@@ -87,6 +87,9 @@ class RealNode:
             host.make_dir(Path(host_path))  # an overlay's lower layer must exist
             (spec.host_overlay_root / host_path.lstrip("/")).mkdir(parents=True, exist_ok=True)
             spec.overlay_work(host_path).mkdir(parents=True, exist_ok=True)
+        if spec.fake_kernel:
+            spec.fake_kernel_root.mkdir(parents=True, exist_ok=True)
+            (spec.root / "fake-kernel" / "work").mkdir(parents=True, exist_ok=True)
         host.add_bridge(name=spec.bridge, address=spec.address, prefix=24)
         cgroups.create(spec.pods_cgroup)
         cgroups.create(spec.runtime_cgroup)

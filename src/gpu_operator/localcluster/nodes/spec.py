@@ -49,6 +49,8 @@ OVERLAY_PATHS = ("/dev", "/usr/lib/x86_64-linux-gnu", "/usr/bin", "/lib/firmware
 DEV_SUBMOUNTS = ("pts", "shm", "mqueue", "hugepages")
 CNI_BIN_DIR = "/usr/lib/cni"
 SYS_PCI_DEVICES = "/sys/bus/pci/devices"
+#: The kernel's modules: a node with a fake kernel (``NodeSpec.fake_kernel``) overlays it with its own.
+SYS_MODULE = "/sys/module"
 RUNC = "/usr/sbin/runc"
 CNI_NETWORK = "gpuop"
 #: containerd plugins with a fixed path outside the private ones above (NRI's socket under /var/run/nri,
@@ -75,6 +77,8 @@ class NodeSpec:
     fake_pci: bool = False
     #: Whether the namespace overlays ``OVERLAY_PATHS`` with ``host_overlay_root`` (host-installed files).
     host_overlay: bool = False
+    #: Whether ``/sys/module`` is overlaid with ``fake_kernel_root``: modules a fake driver "loads" there.
+    fake_kernel: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.index <= 250:
@@ -135,6 +139,11 @@ class NodeSpec:
         """Files this node adds to the host's ``/`` (e.g. ``dev/nvidia0``): the overlays' upper layers."""
         return self.root / "host-overlay" / "upper"
 
+    @property
+    def fake_kernel_root(self) -> Path:
+        """The upper layer of the node's ``/sys/module`` (``nvidia/refcnt`` while "loaded")."""
+        return self.root / "fake-kernel" / "upper"
+
     def overlay_work(self, host_path: str) -> Path:
         return self.root / "host-overlay" / "work" / private_dir_name(host_path)
 
@@ -150,6 +159,8 @@ class NodeSetup:
 
     #: Overlay ``OVERLAY_PATHS`` with the node's ``host_overlay_root`` (files "installed on the host").
     host_overlay: bool = False
+    #: Overlay ``/sys/module`` with the node's own (a kernel whose modules a fake driver loads).
+    fake_kernel: bool = False
     #: Called after the node's files and directories exist, before any of its processes starts.
     prepare: Callable[[NodeSpec], None] | None = None
 
@@ -285,6 +296,9 @@ def namespace_script(*, spec: NodeSpec) -> str:
         lines.append(f"mount --bind {spec.fake_pci_devices} {SYS_PCI_DEVICES}")
     if spec.host_overlay:
         lines += _overlay_lines(spec)
+    if spec.fake_kernel:
+        upper, work = spec.fake_kernel_root, spec.root / "fake-kernel" / "work"
+        lines.append(f"mount -t overlay overlay -o lowerdir={SYS_MODULE},upperdir={upper},workdir={work} {SYS_MODULE}")
     lines.append(f"touch {spec.ready_file}")
     lines.append("exec sleep infinity")
     return "\n".join(lines)

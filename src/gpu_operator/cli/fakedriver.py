@@ -1,0 +1,64 @@
+"""``gpu-operator sim fake-driver``: what the fake driver image runs in place of NVIDIA's installer and
+the kernel's module tools (``sim.fakedriver.container`` says how it fits a node)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from gpu_operator.sim.fakedriver.container import (
+    PAYLOAD_DIR,
+    FakeDriverError,
+    install_in_container,
+    load_module,
+    unload_module,
+)
+
+_LENIENT = {"ignore_unknown_options": True, "allow_extra_args": True}
+
+
+def _host_root() -> Path:
+    return Path(os.environ.get("HOST_ROOT") or "/host")
+
+
+@click.group(name="fake-driver")
+def fake_driver_group() -> None:
+    """The fake NVIDIA driver's installer and module tools (inside the fake driver image)."""
+
+
+@fake_driver_group.command(name="install", context_settings=_LENIENT)
+@click.option("--version", "version", required=True, help="The driver version to install.")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("/"), show_default=True)
+@click.option("--payload", type=click.Path(file_okay=False, path_type=Path), default=Path(PAYLOAD_DIR))
+def install_command(*, version: str, root: Path, payload: Path) -> None:
+    """Install the fake driver VERSION for this host's fake GPUs (the installer's own options are accepted
+    and ignored: ``--silent``, ``--kernel-name=...``)."""
+    try:
+        driver = install_in_container(version=version, root=root, host_root=_host_root(), payload=payload)
+    except FakeDriverError as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(f"fake NVIDIA driver {driver.version} installed under {root} for {len(driver.uuids)} GPU(s)")
+
+
+@fake_driver_group.command(name="modprobe", context_settings=_LENIENT)
+@click.argument("modules", nargs=-1, required=True)
+def modprobe_command(*, modules: tuple[str, ...]) -> None:
+    """Load MODULES into the fake kernel (options such as ``-q`` are ignored)."""
+    try:
+        for module in (m for m in modules if not m.startswith("-") and "=" not in m):
+            load_module(host_root=_host_root(), module=module)
+    except FakeDriverError as error:
+        raise click.ClickException(str(error)) from error
+
+
+@fake_driver_group.command(name="rmmod", context_settings=_LENIENT)
+@click.argument("modules", nargs=-1, required=True)
+def rmmod_command(*, modules: tuple[str, ...]) -> None:
+    """Unload MODULES from the fake kernel."""
+    try:
+        for module in (m for m in modules if not m.startswith("-")):
+            unload_module(host_root=_host_root(), module=module)
+    except FakeDriverError as error:
+        raise click.ClickException(str(error)) from error
