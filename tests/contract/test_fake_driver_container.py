@@ -75,15 +75,18 @@ def test_the_runfile_installs_its_version_for_the_hosts_gpus(
     assert (root / "usr/lib/x86_64-linux-gnu" / f"libnvidia-ml.so.{OLD}").is_file()
     assert f"driver_version={OLD}\n" in (root / "lib/firmware/nvidia" / OLD / "fake-nvml.conf").read_text()
     assert sorted(p.name for p in (root / "dev").glob("nvidia[0-9]*")) == [f"nvidia{m}" for m in expected.minors]
+    env = {**tool_env, "LD_LIBRARY_PATH": str(root / "usr/lib/x86_64-linux-gnu")}
     smi = subprocess.run([str(root / "usr/bin/nvidia-smi"), "-L"], capture_output=True, text=True, timeout=30,
-                         env={**tool_env, "LD_LIBRARY_PATH": str(root / "usr/lib/x86_64-linux-gnu")}, check=False)  # fmt: skip
+                         env=env, check=False)  # fmt: skip
     assert [line.rsplit("UUID: ", 1)[1].rstrip(")") for line in smi.stdout.splitlines()] == list(expected.uuids)
     # The upgrade: the new version's description replaces the old one's.
     assert _runfile(image_tree, NEW, root, tool_env).returncode == 0
     assert sorted(p.name for p in (root / "lib/firmware/nvidia").iterdir()) == [NEW]
 
 
-def test_modules_load_and_unload_through_the_host_backend(image_tree: Path, host: Path, tool_env: dict[str, str]) -> None:
+def test_modules_load_and_unload_through_the_host_backend(
+    image_tree: Path, host: Path, tool_env: dict[str, str]
+) -> None:
     del tool_env  # PATH and HOST_ROOT set for this process: HostDriver runs modprobe as the agent does
     driver = HostDriver(sys_root=host / "sys", host_root=host, runfile_dir=image_tree / "drivers")
     assert driver.loaded() == []
@@ -101,9 +104,12 @@ def test_no_fake_gpus_or_a_real_kernel_is_refused_by_name(
 ) -> None:
     (host / HARDWARE).write_text("node=n2\n")
     result = _runfile(image_tree, OLD, tmp_path / "c", tool_env)
-    assert result.returncode != 0 and f"{host / HARDWARE}: field 'profile' is missing" in result.stderr
+    assert result.returncode != 0
+    assert f"{host / HARDWARE}: field 'profile' is missing" in result.stderr
     (host / HARDWARE).unlink()
     assert "no fake GPUs on this host" in _runfile(image_tree, OLD, tmp_path / "c", tool_env).stderr
     (host / "sys" / "module").rmdir()  # no fake kernel's sysfs to write
-    probe = subprocess.run(["modprobe", "nvidia"], env=tool_env, capture_output=True, text=True, timeout=30, check=False)
-    assert probe.returncode != 0 and "this host's kernel is not the fake driver's" in probe.stderr
+    probe = subprocess.run(["modprobe", "nvidia"], env=tool_env, capture_output=True, text=True, timeout=30,
+                           check=False)  # fmt: skip
+    assert probe.returncode != 0
+    assert "this host's kernel is not the fake driver's" in probe.stderr

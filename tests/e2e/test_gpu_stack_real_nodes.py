@@ -50,6 +50,7 @@ from gpu_operator.sim.hardware import pci_functions
 from tests.chart_checks import policy_state
 from tests.conftest import REPO
 from tests.e2e.conftest import ProductImage
+from tests.e2e.gpu_pods import allocatable, gpu_pod, seen_gpus
 from tests.prometheus import Prometheus
 
 pytestmark = pytest.mark.e2e
@@ -65,7 +66,6 @@ DEFAULT_OPERANDS = {
     "nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-mig-manager",
 }  # fmt: skip
 EXPORTER_PORT = 9400
-SHOW = "ls /dev | tr '\\n' ' '; echo; nvidia-smi -L; sleep 3600"
 
 
 @pytest.fixture(scope="module")
@@ -122,40 +122,8 @@ def _all_ready(kube: Client) -> bool:
     )
 
 
-def _allocatable(kube: Client, node: str) -> str | None:
-    status = kube.get(Node, node).status
-    return (status.allocatable or {}).get("nvidia.com/gpu") if status else None
-
-
 def _has_gpus(kube: Client, node: str, count: int) -> bool:
-    return _allocatable(kube, node) == str(count)
-
-
-def _pod(name: str, *, node: str, image: str, gpus: int = 0, runtime_class: str | None = None,
-         env: dict[str, str] | None = None) -> JSON:  # fmt: skip
-    container: JSON = {
-        "name": "cuda",
-        "image": image,
-        "imagePullPolicy": "Never",
-        "command": ["sh", "-c", SHOW],
-        "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
-    }
-    if gpus:
-        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-    spec: JSON = {"nodeName": node, "restartPolicy": "Never", "containers": [container]}
-    if runtime_class:
-        spec["runtimeClassName"] = runtime_class
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
-
-
-def _seen(cluster: LocalCluster, name: str) -> tuple[set[str], list[str]] | None:
-    """The pod's ``/dev/nvidia<N>`` nodes and the UUIDs its ``nvidia-smi -L`` lists (None: not yet)."""
-    logs = cluster.kubectl("logs", "-n", "default", name, check=False).stdout.splitlines()
-    if len(logs) < 2 or not any(line.startswith("GPU ") for line in logs):
-        return None
-    devices = {d for d in logs[0].split() if d.startswith("nvidia") and d.removeprefix("nvidia").isdigit()}
-    uuids = [line.rsplit("UUID: ", 1)[1].rstrip(")") for line in logs[1:] if line.startswith("GPU ")]
-    return devices, uuids
+    return allocatable(kube, node) == str(count)
 
 
 def _minor_of(driver: FakeDriver, uuid: str) -> int:
@@ -191,17 +159,19 @@ def test_gpu_pods_get_exactly_their_gpus_through_cdi_and_the_runtime_class(
     product_image: ProductImage,
 ) -> None:
     driver = drivers["real-node-1"]
-    kube.create(codecs.from_dict(_pod("cdi-two", node="real-node-1", image=product_image.reference, gpus=2)))
-    devices, uuids = wait_for(lambda: _seen(gpu_cluster, "cdi-two"), timeout=90, describe="the CDI pod's GPUs")
+    kube.create(codecs.from_dict(gpu_pod("cdi-two", node="real-node-1", image=product_image.reference, gpus=2)))
+    devices, uuids = wait_for(lambda: seen_gpus(gpu_cluster, "cdi-two"), timeout=90, describe="the CDI pod's GPUs")
     assert len(set(uuids)) == len(uuids) == 2
     assert set(uuids) <= set(driver.uuids)
     assert devices == {f"nvidia{_minor_of(driver, u)}" for u in uuids}  # its own 2 device nodes, no others
 
     # The runtime class: the toolkit's runtime turns NVIDIA_VISIBLE_DEVICES into CDI devices.
-    pod = _pod("rc-two", node="real-node-1", image=product_image.reference, runtime_class="nvidia",
+    pod = gpu_pod("rc-two", node="real-node-1", image=product_image.reference, runtime_class="nvidia",
                env={"NVIDIA_VISIBLE_DEVICES": "2,5"})  # fmt: skip
     kube.create(codecs.from_dict(pod))
-    devices, uuids = wait_for(lambda: _seen(gpu_cluster, "rc-two"), timeout=90, describe="the runtime-class pod's GPUs")
+    devices, uuids = wait_for(
+        lambda: seen_gpus(gpu_cluster, "rc-two"), timeout=90, describe="the runtime-class pod's GPUs"
+    )
     assert devices == {"nvidia2", "nvidia5"}
     assert uuids == [driver.uuids[driver.minors.index(2)], driver.uuids[driver.minors.index(5)]]
 
@@ -227,13 +197,13 @@ def test_an_xid_on_the_host_takes_the_gpu_out_of_allocatable_until_it_recovers(
     kube: Client, installed: float, drivers: dict[str, FakeDriver]
 ) -> None:
     driver = drivers["real-node-2"]
-    wait_for(lambda: _allocatable(kube, "real-node-2") == "2", timeout=30, describe="both A100s allocatable")
+    wait_for(lambda: allocatable(kube, "real-node-2") == "2", timeout=30, describe="both A100s allocatable")
     began = time.monotonic()
     driver.inject_xid(uuid=driver.uuids[1], xid=79)
-    wait_for(lambda: _allocatable(kube, "real-node-2") == "1", timeout=60, describe="the lost GPU gone")
+    wait_for(lambda: allocatable(kube, "real-node-2") == "1", timeout=60, describe="the lost GPU gone")
     lost = time.monotonic() - began
     driver.recover(uuid=driver.uuids[1])
-    wait_for(lambda: _allocatable(kube, "real-node-2") == "2", timeout=60, describe="the GPU back")
+    wait_for(lambda: allocatable(kube, "real-node-2") == "2", timeout=60, describe="the GPU back")
     print(f"XID 79 to allocatable 1: {lost:.1f} s; recovery to 2: {time.monotonic() - began - lost:.1f} s")
 
 
@@ -251,8 +221,8 @@ def test_a_containerd_restart_leaves_the_operands_and_workloads_running(
     after = {str(p.metadata.name): p.to_dict()["status"]["containerStatuses"][0]["containerID"]  # type: ignore[union-attr]
              for p in kube.list(Pod, namespace=NAMESPACE) if p.spec and p.spec.nodeName == "real-node-1"}  # fmt: skip
     assert after == before  # the same containers: a runtime restart does not restart what it runs
-    kube.create(codecs.from_dict(_pod("after-restart", node="real-node-1", image=product_image.reference, gpus=1)))
-    _, uuids = wait_for(lambda: _seen(gpu_cluster, "after-restart"), timeout=90, describe="a new GPU pod")
+    kube.create(codecs.from_dict(gpu_pod("after-restart", node="real-node-1", image=product_image.reference, gpus=1)))
+    _, uuids = wait_for(lambda: seen_gpus(gpu_cluster, "after-restart"), timeout=90, describe="a new GPU pod")
     assert len(uuids) == 1
 
 
@@ -329,7 +299,7 @@ def test_a_mig_switch_on_the_a100_node_reaches_its_pods(
     labels = kube.get(Node, "real-node-2").metadata.labels or {}  # type: ignore[union-attr]
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"  # GFD, from the new geometry
 
-    pod = _pod("mig-one", node="real-node-2", image=product_image.reference, gpus=1)
+    pod = gpu_pod("mig-one", node="real-node-2", image=product_image.reference, gpus=1)
     # (The newline matters: the runtime's log keeps a partial line back.)
     pod["spec"]["containers"][0]["command"] = ["sh", "-c", "ls /dev /dev/nvidia-caps | tr '\\n' ' '; echo; sleep 3600"]
     kube.create(codecs.from_dict(pod))
@@ -372,7 +342,7 @@ def test_mps_replicas_work_end_to_end(
     assert labels["nvidia.com/mps.capable"] == "true"
     assert labels["nvidia.com/gpu.replicas"] == "4"
 
-    pod = _pod("mps-client", node="real-node-1", image=product_image.reference, gpus=1)
+    pod = gpu_pod("mps-client", node="real-node-1", image=product_image.reference, gpus=1)
     ask = "echo get_default_active_thread_percentage | nvidia-cuda-mps-control; echo done; sleep 3600"
     pod["spec"]["containers"][0]["command"] = ["sh", "-c", ask]
     kube.create(codecs.from_dict(pod))

@@ -101,6 +101,23 @@ def test_no_module_loaded_cleans_up_and_restores(tmp_path: Path) -> None:
     assert not pid.exists()
 
 
+def test_a_driver_that_unloaded_itself_for_another_config_restarts_the_operands(tmp_path: Path) -> None:
+    # The old driver container unloaded its modules on exit (nothing held them); its digest stays.
+    node = Node(tmp_path, DRIVER_CONFIG_DIGEST="new")
+    state = node.ctx.path(STATE_FILE)
+    state.parent.mkdir(parents=True)
+    state.write_text("old\n")
+    assert node.run() == "no NVIDIA module loaded; the previous driver's operands restart on the new one"
+    assert node.labels.values_of(DP) == ["paused-for-driver-upgrade", "true"]
+    assert node.labels.values_of(TK) == ["paused-for-driver-upgrade", "true"]  # its CDI spec is rebuilt
+    assert node.cluster.evictions == []  # no module, so nothing to move off it
+    # The same config again (a restarted driver container): nothing restarts.
+    state.write_text("new\n")
+    node.labels.history.clear()
+    assert node.run() == "no NVIDIA module loaded: nothing to uninstall"
+    assert node.labels.values_of(DP) == []
+
+
 def test_full_uninstall_evicts_gpu_pods_and_restores_everything(tmp_path: Path) -> None:
     node = Node(tmp_path)
     node.load_modules()

@@ -167,3 +167,15 @@ def test_ledger_round_trips_and_cleanup_removes_created_dirs_and_data(tmp_path: 
     assert not (tmp_path / "made").exists()
     assert not data.exists()
     assert f"directory {created}" in done
+
+
+def test_a_fake_kernel_overlays_sys_module_with_the_nodes_own(tmp_path: Path) -> None:
+    assert "/sys/module" not in nodespec.namespace_script(spec=_spec(tmp_path))
+    spec = nodespec.NodeSpec(name="n", index=1, root=tmp_path, kubelet_port=1, healthz_port=2, run_cgroup="/g",
+                             fake_kernel=True)  # fmt: skip
+    lines = nodespec.namespace_script(spec=spec).splitlines()
+    work = tmp_path / "fake-kernel" / "work"
+    options = f"lowerdir=/sys/module,upperdir={spec.fake_kernel_root},workdir={work}"
+    mount = f"mount -t overlay overlay -o {options} /sys/module"
+    assert mount in lines
+    assert lines.index(mount) < lines.index(f"touch {spec.ready_file}")  # in place before the node is ready

@@ -3,7 +3,9 @@
 
 1. A driver installed on the host answers ``nvidia-smi``: label ``nvidia.com/gpu.deploy.driver=pre-installed``
    (the driver DaemonSet then leaves the node) and exit with an error after ``PREINSTALLED_WAIT_SECONDS``.
-2. No NVIDIA module loaded: clean up what a previous driver left, restore operands, done.
+2. No NVIDIA module loaded: clean up what a previous driver left, restore operands, done -- after
+   pausing the operands until their pods are gone when the last driver had another config digest
+   (it unloaded itself on exit; what the operands built on it must start again on the new one).
 3. Pause the operands (``paused-for-driver-upgrade``) and wait, bounded, for their pods to go.
 4. Same ``DRIVER_CONFIG_DIGEST`` as the running driver's and no ``FORCE_REINSTALL``: keep the modules.
 5. Otherwise cordon and evict GPU pods through the Eviction API (PodDisruptionBudgets hold), drain
@@ -102,8 +104,16 @@ async def uninstall_driver(
         evict = False
     if not await steps.nvidia_loaded():
         await steps.cleanup()
-        await steps.finish()
-        return "no NVIDIA module loaded: nothing to uninstall"
+        if not await steps.previous_driver_differs():
+            await steps.finish()
+            return "no NVIDIA module loaded: nothing to uninstall"
+        try:
+            # The previous driver unloaded itself on exit (nothing held it), but what the operands built
+            # on it (the toolkit's CDI spec of its files, NVML handles) must start again on the new one.
+            await steps.pause_operands()
+        finally:
+            await steps.finish()
+        return "no NVIDIA module loaded; the previous driver's operands restart on the new one"
     try:
         await steps.pause_operands()
         if await steps.digest_unchanged():

@@ -118,6 +118,14 @@ class Steps:
             return False
         return current == self.settings.digest
 
+    async def previous_driver_differs(self) -> bool:
+        """Whether the last driver installed here (its digest in the state file) had another config."""
+        try:
+            previous = self.ctx.path(STATE_FILE).read_text(encoding="utf-8").strip()
+        except OSError:
+            return False  # none since boot (the state lives under /run)
+        return bool(previous) and (previous != self.settings.digest or self.settings.force_reinstall)
+
     async def cordon(self) -> None:
         node = await self.cluster.node()
         if node.unschedulable:

@@ -1,0 +1,246 @@
+"""The driver container on two real nodes: the operator installs the fake driver, then upgrades it.
+
+real-node-1 (8 H100s) and real-node-2 (2 A100s) have fake GPUs and nothing of a driver: a PCI tree,
+the description of their GPUs (``sim.fakedriver.container.HARDWARE``) and a fake kernel whose
+``/sys/module`` is their own. The ClusterPolicy names the fake driver image (``sim.fakedriver.image``:
+the operator's image with the fake driver's ``.run`` installers and module tools) by repository,
+image and version, tagged by the OS that the discovery agent labels without NFD.
+
+``helm install`` brings the policy to ``ready`` with the driver DaemonSet's pods real containers: the
+driver manager finds no module loaded, the driver agent runs the image's installer, "loads" the modules
+and exposes its root at ``/run/nvidia/driver``, where the toolkit, validator and plugin find the
+driver. A pod then gets its GPUs through CDI from that root and sees the installed version. Changing
+``driver.version`` upgrades the nodes one at a time (upgrade controller: cordon, evict the GPU pods,
+restart the driver pod; driver manager: unload; driver agent: install the new version) until both
+are ``upgrade-done``; each node's workload (a Deployment's pod) is evicted before its old driver pod
+goes, and comes back on the new version.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import Client, codecs
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+
+from gpu_operator.agents.discovery.osrelease import os_labels
+from gpu_operator.localcluster.binaries import KubeBinaries
+from gpu_operator.localcluster.cluster import LocalCluster
+from gpu_operator.localcluster.nodes.binaries import NodeBinaries
+from gpu_operator.localcluster.waiting import wait_for
+from gpu_operator.render.facts import os_tag
+from gpu_operator.sim.fakedriver.build import cached_build
+from gpu_operator.sim.fakedriver.image import IMAGE, REPOSITORY, DriverImage, build_driver_image, reference
+from gpu_operator.sim.fakedriver.nodes import Shape, attach, node_setup
+from gpu_operator.sim.hardware import pci_functions
+from gpu_operator.upgrade.model import STATE_LABEL
+from tests.chart_checks import policy_state
+from tests.conftest import REPO
+from tests.e2e.conftest import ProductImage
+from tests.e2e.gpu_pods import allocatable, driver_version_seen, gpu_deployment, gpu_pod, pod_log, seen_gpus
+
+pytestmark = pytest.mark.e2e
+
+JSON = dict[str, Any]
+CHART = REPO / "deploy" / "helm" / "gpu-operator"
+NAMESPACE = "gpu-operator"
+PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
+GPUS = {"real-node-1": 8, "real-node-2": 2}
+OLD, NEW = "580.95.05", "595.91.07"
+SHAPE: Shape = "driver-container"
+DRIVER_DAEMONSET = "nvidia-driver-daemonset"
+OPERANDS = {
+    DRIVER_DAEMONSET, "nvidia-gpu-discovery", "nvidia-container-toolkit-daemonset", "nvidia-operator-validator",
+    "nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-mig-manager",
+}  # fmt: skip
+
+
+def _host_os_tag() -> str:
+    """The nodes share the machine's /etc: their OS, as the discovery agent will label it."""
+    labels = {key: value for key, value in os_labels(Path("/")).items() if value is not None}
+    tag = os_tag(labels)
+    assert tag, f"this machine's os-release gives no OS tag: {labels}"
+    return tag
+
+
+@pytest.fixture(scope="module")
+def driver_image(product_image: ProductImage) -> DriverImage:
+    output = REPO / "build" / "image" / "fake-nvidia-driver.oci.tar"
+    return build_driver_image(base=product_image.archive, build=cached_build(checkout_root=REPO),
+                              versions=(OLD, NEW), os_tag=_host_os_tag(), output=output)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def driver_cluster(
+    kube_binaries: KubeBinaries, node_binaries: NodeBinaries, product_image: ProductImage, driver_image: DriverImage
+) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(
+        binaries=kube_binaries,
+        real_nodes=len(PROFILES),
+        node_images=[product_image.archive, driver_image.archive],
+        node_binaries=node_binaries,
+        node_hardware=[pci_functions(p) for p in PROFILES.values()],
+        node_setups=[node_setup(profile=p, shape=SHAPE) for p in PROFILES.values()],
+    )
+    with cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def kube(driver_cluster: LocalCluster) -> Iterator[Client]:
+    client = driver_cluster.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def installed(driver_cluster: LocalCluster, kube: Client, tmp_path_factory: pytest.TempPathFactory) -> float:
+    """``helm install`` naming the fake driver image; seconds until the policy is ready."""
+    # The startup probe at a test's pace (the chart's 60 s initial delay suits a real driver build).
+    probe = {"initialDelaySeconds": 2, "periodSeconds": 2, "timeoutSeconds": 30, "failureThreshold": 90}
+    driver = {"enabled": True, "repository": REPOSITORY, "image": IMAGE, "version": OLD, "startupProbe": probe}
+    values = tmp_path_factory.mktemp("values") / "values.yaml"
+    values.write_text(yaml.safe_dump({"driver": driver}), encoding="utf-8")
+    began = time.monotonic()
+    driver_cluster.helm("install", "gpu-operator", str(CHART), "-n", NAMESPACE, "--create-namespace",
+                        "-f", str(values), "--wait", "--timeout", "120s", timeout=150)  # fmt: skip
+    wait_for(lambda: policy_state(kube) == "ready", timeout=300, describe="the ClusterPolicy ready")
+    seconds = time.monotonic() - began
+    print(f"helm install to ClusterPolicy ready, driver installed by the driver container: {seconds:.1f} s")
+    return seconds
+
+
+def _daemonsets(kube: Client) -> dict[str, JSON]:
+    return {str(d.metadata.name): d.to_dict() for d in kube.list(DaemonSet, namespace=NAMESPACE)}  # type: ignore[union-attr]
+
+
+def _all_ready(kube: Client) -> bool:
+    sets = _daemonsets(kube)
+    return all((sets.get(n, {}).get("status") or {}).get("numberReady") == len(PROFILES) for n in OPERANDS)
+
+
+def _driver_pods(kube: Client) -> dict[str, JSON]:
+    """node -> its driver pod."""
+    pods = kube.list(Pod, namespace=NAMESPACE, labels={"app": DRIVER_DAEMONSET})
+    return {str(p.spec.nodeName): p.to_dict() for p in pods if p.spec}
+
+
+def _has_gpus(kube: Client, node: str) -> bool:
+    return allocatable(kube, node) == str(GPUS[node])
+
+
+def _labels(kube: Client, node: str) -> dict[str, str]:
+    return dict(kube.get(Node, node).metadata.labels or {})  # type: ignore[union-attr]
+
+
+def test_the_driver_container_installs_the_fake_driver_and_every_operand_runs(
+    driver_cluster: LocalCluster, kube: Client, installed: float, driver_image: DriverImage
+) -> None:
+    wait_for(lambda: _all_ready(kube), timeout=60, describe="every operand Ready on both nodes")
+    assert driver_cluster.real_nodes is not None
+    for node, pod in _driver_pods(kube).items():
+        assert pod["spec"]["containers"][0]["image"] == reference(version=OLD, os_tag=_host_os_tag())
+        labels = _labels(kube, node)
+        assert labels["nvidia.com/gpu.deploy.driver"] == "true"  # not "pre-installed": nothing on the host
+        assert labels["nvidia.com/gpu-discovery.os-release.ID"]  # the tag's OS, without NFD
+        wait_for(functools.partial(_has_gpus, kube, node), timeout=30, describe=f"{node}'s GPUs allocatable")
+        real = driver_cluster.real_nodes.node(node)
+        assert real.view("/sys/module/nvidia/refcnt").exists()  # loaded into the node's fake kernel
+        driver = attach(real, profile=PROFILES[node], shape=SHAPE, version=OLD)
+        assert driver.library.is_file()  # the container's root, exposed at /run/nvidia/driver
+    assert not Path("/sys/module/nvidia").exists()  # the machine's own kernel never had it
+
+
+@pytest.mark.timeout(240)
+def test_a_gpu_pod_gets_its_gpus_from_the_driver_containers_root(
+    driver_cluster: LocalCluster, kube: Client, installed: float, product_image: ProductImage
+) -> None:
+    assert driver_cluster.real_nodes is not None
+    driver = attach(driver_cluster.real_nodes.node("real-node-1"), profile="dgx-h100", shape=SHAPE, version=OLD)
+    kube.create(codecs.from_dict(gpu_pod("dc-two", node="real-node-1", image=product_image.reference, gpus=2)))
+    devices, uuids = wait_for(lambda: seen_gpus(driver_cluster, "dc-two"), timeout=90, describe="the pod's GPUs")
+    assert len(set(uuids)) == 2
+    assert set(uuids) <= set(driver.uuids)
+    expected = {f"nvidia{driver.minors[driver.uuids.index(u)]}" for u in uuids}
+    assert devices == expected, pod_log(driver_cluster, "dc-two")
+    seen = wait_for(functools.partial(driver_version_seen, driver_cluster, "dc-two"), timeout=30,
+                    describe="the driver version the pod's nvidia-smi reports")  # fmt: skip
+    assert seen == OLD
+    kube.delete(Pod, "dc-two", namespace="default", grace_period=0)
+
+
+def _workload_pod(kube: Client, app: str) -> tuple[str, str] | None:
+    """(name, uid) of the running pod of Deployment ``app``."""
+    for pod in kube.list(Pod, namespace="default", labels={"app": app}):
+        if pod.status and pod.status.phase == "Running" and pod.metadata and not pod.metadata.deletionTimestamp:
+            return str(pod.metadata.name), str(pod.metadata.uid)
+    return None
+
+
+def _gone(kube: Client, name: str, namespace: str, uid: str) -> bool:
+    try:
+        pod = kube.get(Pod, name, namespace=namespace)
+    except ApiError as error:
+        if error.status.code == 404:
+            return True
+        raise
+    return str(pod.metadata.uid) != uid  # type: ignore[union-attr]
+
+
+@pytest.mark.timeout(600)
+def test_a_driver_upgrade_evicts_the_workload_first_and_ends_upgrade_done(
+    driver_cluster: LocalCluster, kube: Client, installed: float, product_image: ProductImage
+) -> None:
+    apps = {node: f"workload-{node}" for node in PROFILES}
+    for node, app in apps.items():
+        kube.create(codecs.from_dict(gpu_deployment(app, node=node, image=product_image.reference, gpus=1)))
+    pods = {node: wait_for(functools.partial(_workload_pod, kube, app), timeout=90, describe=f"{app} running")
+            for node, app in apps.items()}  # fmt: skip
+    for node, (name, _) in pods.items():
+        seen = wait_for(functools.partial(driver_version_seen, driver_cluster, name), timeout=60,
+                        describe=f"{name} on the old driver")  # fmt: skip
+        assert seen == OLD, node
+    old_drivers = {n: (p["metadata"]["name"], p["metadata"]["uid"]) for n, p in _driver_pods(kube).items()}
+
+    began = time.monotonic()
+    driver_cluster.kubectl("patch", "clusterpolicy", "cluster-policy", "--type", "merge",
+                           "-p", f'{{"spec": {{"driver": {{"version": "{NEW}"}}}}}}')  # fmt: skip
+    workload_gone: dict[str, float] = {}
+    driver_gone: dict[str, float] = {}
+
+    def upgraded() -> bool:
+        now = time.monotonic() - began
+        for node in PROFILES:
+            if node not in workload_gone and _gone(kube, pods[node][0], "default", pods[node][1]):
+                workload_gone[node] = now
+            name, uid = old_drivers[node]
+            if node not in driver_gone and _gone(kube, name, NAMESPACE, uid):
+                driver_gone[node] = now
+        states = {n: _labels(kube, n).get(STATE_LABEL) for n in PROFILES}
+        assert "upgrade-failed" not in states.values(), {n: _labels(kube, n) for n in PROFILES}
+        done = all(state == "upgrade-done" for state in states.values())
+        return done and len(driver_gone) == len(PROFILES) and policy_state(kube) == "ready"
+
+    wait_for(upgraded, timeout=480, interval=0.5, describe="both nodes upgrade-done on the new driver")
+    print(f"driver upgrade {OLD} -> {NEW} on 2 nodes: {time.monotonic() - began:.1f} s; workload evicted at "
+          f"{workload_gone}, old driver pod gone at {driver_gone}")  # fmt: skip
+    for node in PROFILES:
+        assert workload_gone[node] <= driver_gone[node], f"{node}: the driver went before its workload"
+        node_obj = kube.get(Node, node)
+        assert not (node_obj.spec and node_obj.spec.unschedulable), f"{node} left cordoned"
+    for pod in _driver_pods(kube).values():
+        assert pod["spec"]["containers"][0]["image"] == reference(version=NEW, os_tag=_host_os_tag())
+    # Each workload is back on its node, on the new driver.
+    for node, app in apps.items():
+        name, _ = wait_for(functools.partial(_workload_pod, kube, app), timeout=90, describe=f"{app} back")
+        seen = wait_for(functools.partial(driver_version_seen, driver_cluster, name), timeout=60,
+                        describe=f"{name} on the new driver")  # fmt: skip
+        assert seen == NEW, node
