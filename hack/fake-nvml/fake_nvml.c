@@ -1182,13 +1182,17 @@ static int write_state(const char *path) {
 }
 
 /* A container given the driver's files read-only (CDI mounts them so) writes through the host root it
- * mounts, as the MIG manager does: HOST_ROOT (e.g. /host) in front of the same path. */
+ * mounts, as the MIG manager does: HOST_ROOT (e.g. /host), then the driver root on the host
+ * (NVIDIA_DRIVER_ROOT: "/" for a host driver, /run/nvidia/driver for a driver container's, where CDI
+ * took the files from), in front of the same path. */
 static void mig_sync_out(void) {
     if (!g_mig_state[0]) return;
     const char *host = getenv("HOST_ROOT");
-    char through_host[PATH_LEN * 2];
+    const char *driver_root = getenv("NVIDIA_DRIVER_ROOT");
+    char through_host[PATH_LEN * 3];
     if (write_state(g_mig_state) != 0 && host && *host && g_mig_state[0] == '/') {
-        snprintf(through_host, sizeof through_host, "%s%s", host, g_mig_state);
+        if (!driver_root || !strcmp(driver_root, "/")) driver_root = "";
+        snprintf(through_host, sizeof through_host, "%s%s%s", host, driver_root, g_mig_state);
         write_state(through_host);
     }
     stat(g_mig_state, &g_mig_seen);

@@ -1,15 +1,15 @@
 """``gpu-operator demo --real-nodes``: the same story on real kubelets, with the fake NVIDIA driver.
 
 Two real nodes (kubelet + containerd on this machine, as root) join a local control plane: an 8-GPU
-DGX H100 and a 2-GPU A100 host, each with the fake driver installed on the host (``sim.fakedriver``).
-``helm install`` of the chart (driver on the host: ``driver.enabled=false``) brings the ClusterPolicy
-to ready, shown live per node; a pod gets two GPUs through CDI and its ``nvidia-smi`` lists them; the
-exporter serves their metrics at its pod's address; an XID written into the host's driver takes a
-GPU out of the Node's allocatable until it recovers; the A100 node switches to a MIG geometry.
+DGX H100 and a 2-GPU A100 host with fake GPUs and a fake kernel. ``helm install`` of the chart, its
+driver the fake driver image (``demo_real_upgrade``), brings the ClusterPolicy to ready, shown live
+per node, the driver container installing the fake driver (``sim.fakedriver``); a pod gets two GPUs
+through CDI and its ``nvidia-smi`` lists them; the exporter serves their metrics at its pod's
+address; an XID written into the node's driver takes a GPU out of the Node's allocatable until it
+recovers; the A100 node switches to a MIG geometry; a new ``driver.version`` rolls node by node.
 
-The simulator's demo (``make demo``) stays the default: it needs no root and no node binaries, reaches
-a first look in about a minute, and can show the rolling driver upgrade, which these nodes cannot run
-yet (no driver container installs the fake driver).
+The simulator's demo (``make demo``) stays the default: it needs no root and no node binaries and
+reaches a first look in about a minute, where this one takes several.
 """
 
 from __future__ import annotations
@@ -30,20 +30,22 @@ from lightkube.resources.core_v1 import Node
 from rich.console import Console
 
 from gpu_operator.cli.demo_progress import gpu_resources, operand_pods
+from gpu_operator.cli.demo_real_upgrade import DRIVER_VALUES, NEW_VERSION, OLD_VERSION, driver_image, run_upgrade
 from gpu_operator.cli.demo_workload import EXPORTER_DAEMONSET, EXPORTER_PORT, UTIL_METRIC, switch_mig
 from gpu_operator.cli.status import gather, print_status
 from gpu_operator.localcluster.binaries import ALL_BINARIES, BinariesNotFoundError, find_checkout_root, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.nodes.binaries import locate_node_binaries
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.fakedriver.nodes import attach, node_setup
+from gpu_operator.sim.fakedriver.nodes import Shape, attach, node_setup
 from gpu_operator.sim.hardware import pci_functions
 
 PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
 NAMESPACE = "gpu-operator"
-STEPS = 7
-#: The chart's defaults with the driver on the host, and one resource per MIG profile.
-VALUES = {"driver": {"enabled": False}, "mig": {"strategy": "mixed"}}
+STEPS = 8
+SHAPE: Shape = "driver-container"
+#: The chart's defaults with the fake driver image as the driver, and one resource per MIG profile.
+VALUES = {"driver": DRIVER_VALUES, "mig": {"strategy": "mixed"}}
 POD = "cuda-two"
 
 
@@ -123,9 +125,10 @@ def _exporter(*, console: Console, client: Client) -> None:
 
 
 def _xid(*, console: Console, cluster: LocalCluster, client: Client) -> None:
-    _step(console, 6, "An XID 79 on a real-node-2 GPU, written into the host's driver, then its recovery")
+    _step(console, 6, "An XID 79 on a real-node-2 GPU, written into the node's driver, then its recovery")
     assert cluster.real_nodes is not None
-    driver = attach(cluster.real_nodes.node("real-node-2"), profile=PROFILES["real-node-2"])
+    node = cluster.real_nodes.node("real-node-2")
+    driver = attach(node, profile=PROFILES["real-node-2"], shape=SHAPE, version=OLD_VERSION)
     console.print(f"  allocatable nvidia.com/gpu: {_allocatable(client, 'real-node-2')}")
     begin = time.monotonic()
     driver.inject_xid(uuid=driver.uuids[1], xid=79)
@@ -144,17 +147,18 @@ def run_real_demo(*, console: Console, interactive: bool) -> None:
     except BinariesNotFoundError as error:
         raise click.ClickException(str(error)) from error
     begin = time.monotonic()
-    _step(console, 1, "Build the image; start a control plane and two real nodes with the fake NVIDIA driver")
+    _step(console, 1, "Build the images; start a control plane and two real nodes with fake GPUs")
     archive = _image()
+    fake_driver = driver_image(product=archive, checkout=archive.parents[2])  # build/image/ of the checkout
     cluster = LocalCluster(
-        binaries=binaries, real_nodes=len(PROFILES), node_images=[archive], node_binaries=node_binaries,
-        node_hardware=[pci_functions(p) for p in PROFILES.values()],
-        node_setups=[node_setup(profile=p) for p in PROFILES.values()],
+        binaries=binaries, real_nodes=len(PROFILES), node_images=[archive, fake_driver.archive],
+        node_binaries=node_binaries, node_hardware=[pci_functions(p) for p in PROFILES.values()],
+        node_setups=[node_setup(profile=p, shape=SHAPE) for p in PROFILES.values()],
     )  # fmt: skip
     with cluster, contextlib.closing(cluster.client()) as client, tempfile.TemporaryDirectory() as tmp:
         for name, profile in PROFILES.items():
-            console.print(f"  {name}: kubelet + containerd, the fake driver of a {profile} on its host")
-        _step(console, 2, "helm install the chart (driver on the host)")
+            console.print(f"  {name}: kubelet + containerd, the fake GPUs of a {profile}, no driver")
+        _step(console, 2, f"helm install the chart, its driver the fake driver image {fake_driver.references[0]}")
         values = Path(tmp) / "values.yaml"
         values.write_text(yaml.safe_dump(VALUES), encoding="utf-8")
         chart = archive.parents[2] / "deploy" / "helm" / "gpu-operator"  # build/image/ of the checkout
@@ -173,6 +177,10 @@ def run_real_demo(*, console: Console, interactive: bool) -> None:
         console.print("  the MIG manager restarted the GPU operands of real-node-2; they come back:")
         took = _watch_ready(console=console, cluster=cluster)
         console.print(f"  [green]ClusterPolicy ready[/green] again after {took:.0f} s")
+        _step(console, 8, f"Upgrade the driver {OLD_VERSION} -> {NEW_VERSION}, one node at a time")
+        took = run_upgrade(console=console, cluster=cluster, client=client, nodes=list(PROFILES),
+                           image=_reference(archive))  # fmt: skip
+        console.print(f"  [green]every GPU node is upgrade-done on {NEW_VERSION}[/green] after {took:.0f} s")
         policies, reports = gather(kubeconfig=str(cluster.kubeconfig_path), namespace=NAMESPACE)
         print_status(console=console, policies=policies, reports=reports)
         console.print(f"export KUBECONFIG={cluster.kubeconfig_path}")

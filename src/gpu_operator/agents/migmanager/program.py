@@ -6,9 +6,11 @@ start and whenever the value changes, or when the state says a previous run did 
 crashed run left at ``paused-for-mig-change`` are restored first, so a node never stays wedged.
 
 Configs come from ``CONFIG_FILE`` (a mounted ConfigMap, re-read before each run) or the default set.
-A pending MIG mode change is applied by a GPU reset: ``nvidia-smi -r -i N`` in the host root on a real
-node, the backend's own reset on a simulated one; ``WITH_REBOOT=true`` allows a reboot when a reset
-is not enough. ``MIG_WAIT_TIMEOUT`` (300 s) bounds the wait for the GPU clients' pods to stop.
+A pending MIG mode change is applied by a GPU reset: ``nvidia-smi -r -i N`` in the driver root
+(``NVIDIA_DRIVER_ROOT`` on the node: ``/`` for a host driver, ``/run/nvidia/driver`` for the driver
+container's) on a real node, the backend's own reset on a simulated one; ``WITH_REBOOT=true`` allows a
+reboot (in the host root) when a reset is not enough. ``MIG_WAIT_TIMEOUT`` (300 s) bounds the wait for
+the GPU clients' pods to stop.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from gpu_operator.agents.drivermanager.cluster import cluster_of
 from gpu_operator.agents.drivermanager.operands import MIG_PAUSE, paused, restore_changes
+from gpu_operator.agents.host import resolve_under
 from gpu_operator.agents.migmanager.config import MigConfigError, MigConfigs, load
 from gpu_operator.agents.migmanager.defaults import default_configs
 from gpu_operator.agents.migmanager.reconfigure import (
@@ -39,23 +42,23 @@ UNFINISHED = ("pending", "rebooting")
 
 
 class HostReset:
-    """Resets through ``nvidia-smi`` and reboots through ``reboot``, both run in the host root."""
+    """Resets through the driver's ``nvidia-smi`` in its root, reboots through ``reboot`` in the host root."""
 
-    def __init__(self, *, host_root: Path) -> None:
+    def __init__(self, *, host_root: Path, driver_root: Path | None = None) -> None:
         self.host_root = host_root
+        self.driver_root = driver_root or host_root
 
-    def _run(self, *command: str) -> None:
-        result = subprocess.run(
-            ["chroot", str(self.host_root), *command], capture_output=True, text=True, timeout=300, check=False
-        )
+    def _run(self, root: Path, *command: str) -> None:
+        result = subprocess.run(["chroot", str(root), *command], capture_output=True, text=True, timeout=300,
+                                check=False)  # fmt: skip
         if result.returncode != 0:
             raise MigApplyError(f"{' '.join(command)} failed: {(result.stderr or result.stdout).strip()[:300]}")
 
     def reset(self, index: int) -> None:
-        self._run("nvidia-smi", "-r", "-i", str(index))
+        self._run(self.driver_root, "nvidia-smi", "-r", "-i", str(index))
 
     def reboot(self) -> None:
-        self._run("reboot")
+        self._run(self.host_root, "reboot")
 
 
 class BackendReset:
@@ -77,7 +80,10 @@ def resetter(ctx: AgentContext) -> GpuReset:
     reset_gpu = getattr(ctx.gpu, "reset_gpu", None)
     if callable(reset_gpu):
         return BackendReset(backend=ctx.gpu, reset_gpu=reset_gpu)
-    return HostReset(host_root=ctx.host_path("/"))
+    host_root = ctx.host_path("/")
+    # The driver's root as the node has it, through the host root (its symlinks followed there).
+    driver_root = resolve_under(host_root, ctx.env.get("NVIDIA_DRIVER_ROOT") or "/")
+    return HostReset(host_root=host_root, driver_root=driver_root)
 
 
 def _flag(value: str | None) -> bool:

@@ -32,3 +32,6 @@ def write_pci_tree(devices: Path, *, functions: Sequence[PciFunction]) -> None:
         (directory / "vendor").write_text(f"0x{function.vendor:04x}\n")
         (directory / "device").write_text(f"0x{function.device:04x}\n")
         (directory / "class").write_text(f"0x{function.pci_class:06x}\n")
+        # A real function has these too; NFD's PCI source refuses a device without them.
+        (directory / "subsystem_vendor").write_text(f"0x{function.vendor:04x}\n")
+        (directory / "subsystem_device").write_text(f"0x{function.device:04x}\n")

@@ -1,8 +1,9 @@
-"""Images a real node needs without a registry: the pause image, built here from the static ``pause``.
+"""Images a real node needs without a registry: the pause image, built here from the static ``pause``,
+and Node Feature Discovery's, from the static ``nfd-master`` and ``nfd-worker`` of hack/build-nfd.sh.
 
-No registry is reachable from a local cluster, so the sandbox ("pause") image every pod starts with is
-an OCI archive of one layer holding one static binary; it is written once into the cluster's data
-directory and imported into each node's containerd with the product image and any test images.
+No registry is reachable from a local cluster, so these are OCI archives of one layer holding static
+binaries, written once and imported into each node's containerd with the product image and any test
+images.
 """
 
 from __future__ import annotations
@@ -33,3 +34,24 @@ def build_pause_image(*, binaries: NodeBinaries, output: Path) -> Path:
             output=output,
         )
     return output
+
+
+NFD_IMAGE_REPOSITORY = "localhost/nfd/node-feature-discovery"
+
+
+def build_nfd_image(*, nfd_dir: Path, version: str, output: Path) -> str:
+    """NFD's image (``nfd-master``, ``nfd-worker`` on ``PATH``, a non-root user as its chart requires) from
+    ``nfd_dir/bin``, written to ``output`` unless it is there; returns its reference."""
+    reference = f"{NFD_IMAGE_REPOSITORY}:{version}"
+    if output.is_file():
+        return reference
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="nfd-layer-") as layer:
+        root = Path(layer)
+        (root / "usr" / "bin").mkdir(parents=True)
+        for name in ("nfd-master", "nfd-worker"):
+            shutil.copy2(nfd_dir / "bin" / name, root / "usr" / "bin" / name)
+            (root / "usr" / "bin" / name).chmod(0o755)
+        config = ImageConfig(env=("PATH=/usr/bin",), user="65534:65534")
+        write_image(layers=[root], config=config, reference=reference, output=output)
+    return reference

@@ -32,6 +32,7 @@ PRIVATE_PATHS = (
     "/etc/cdi",
     "/etc/cni/net.d",
     "/etc/containerd",
+    "/etc/kubernetes/node-feature-discovery",  # NFD's features.d, where GFD leaves a node's labels
     "/run/cdi",
     "/run/containerd",
     "/run/nvidia",
