@@ -38,6 +38,10 @@ node-bin: ## Build (or reuse) kubelet, containerd, ctr, the runc shim and pause 
 	@bash hack/build-node.sh >/dev/null
 	@bash hack/install-node-deps.sh >/dev/null
 
+.PHONY: nfd-bin
+nfd-bin: ## Build (or reuse) Node Feature Discovery (nfd-master, nfd-worker, its chart) for the e2e tier
+	@bash hack/build-nfd.sh >/dev/null
+
 .PHONY: generate
 generate: $(STAMP) ## Regenerate CRDs, gRPC stubs and other files generated from code
 	$(BIN)/gpu-operator crds --output-dir deploy/crds
@@ -57,7 +61,7 @@ fmt: $(STAMP) ## Format the code and apply safe lint fixes
 	$(BIN)/ruff check --fix src tests bench
 
 .PHONY: test
-test: $(STAMP) kube-bin node-bin prometheus containerd-bin lint ## Lint, type-check and run every test tier this machine can run
+test: $(STAMP) kube-bin node-bin nfd-bin prometheus containerd-bin lint ## Lint, type-check and run every test tier this machine can run
 	@# pytest exits 5 when it collects nothing: not a failure of the build. The e2e tier builds (or reuses) the image.
 	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" GPU_OPERATOR_NODE_BIN_DIR="$$(bash hack/build-node.sh)" \
 	  $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \

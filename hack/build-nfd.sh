@@ -13,6 +13,9 @@ bin="$root/bin"
 # shellcheck source=lib/gobuild.sh
 source "$here/lib/gobuild.sh"
 who=build-nfd
+# The build's settings are part of the cache key: binaries of another stamp are built again.
+settings="pathPrefix=/host-"
+if [ "$(cat "$root/settings" 2>/dev/null)" != "$settings" ]; then rm -f "$bin/nfd-master" "$bin/nfd-worker"; fi
 mapfile -t missing < <(missing_binaries "$bin" nfd-master nfd-worker)
 if [ ${#missing[@]} -eq 0 ] && [ -f "$root/chart/Chart.yaml" ]; then
   echo "$root"
@@ -31,9 +34,13 @@ build-nfd:   cores after hack/build-kube.sh (the Kubernetes libraries are in the
 EOT
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -trimpath"
 gb_total=${#missing[@]}
+# NFD's own image build stamps the prefix of its host mounts (/host-sys, /host-etc, ...): its chart mounts
+# them there, and without it the worker reads the container's own /sys and finds no PCI device.
 stamp="-X sigs.k8s.io/node-feature-discovery/pkg/version.version=${version}"
+stamp+=" -X sigs.k8s.io/node-feature-discovery/pkg/utils/hostpath.pathPrefix=/host-"
 go_build nfd nfd-master sigs.k8s.io/node-feature-discovery/cmd/nfd-master "~2 min" "" "$stamp"
 go_build nfd nfd-worker sigs.k8s.io/node-feature-discovery/cmd/nfd-worker "~1 min" "" "$stamp"
+echo "$settings" >"$root/settings"
 if [ ! -f "$root/chart/Chart.yaml" ]; then
   module="$(cd "$here/nfd" && go list -m -f '{{.Dir}}' sigs.k8s.io/node-feature-discovery)"
   rm -rf "$root/chart.tmp"

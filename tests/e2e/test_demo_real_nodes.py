@@ -46,7 +46,7 @@ def test_the_real_node_demo_runs_every_step(
     assert "allocatable: " in out
     assert "nvidia.com/mig-1g.5gb=14" in out
     assert "ready again after" in out  # the operands the MIG switch restarted are back
-    assert "real-node-1: a GPU workload (Deployment workload-real-node-1) runs on driver 580.95.05" in out
+    assert "real-node-1: a workload (Deployment workload-real-node-1, 1 nvidia.com/gpu) runs on driver 580.95.05" in out
     assert "real-node-2: validation-required" in out  # a state the controller moved it through
     assert "real-node-2: its workload is back, on driver 595.91.07" in out
     assert "every GPU node is upgrade-done on 595.91.07" in out

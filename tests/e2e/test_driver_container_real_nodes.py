@@ -25,10 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from lightkube import Client, codecs
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpu_operator.agents.discovery.osrelease import os_labels
@@ -46,12 +44,11 @@ from tests.chart_checks import policy_state
 from tests.conftest import REPO
 from tests.e2e.conftest import ProductImage
 from tests.e2e.gpu_pods import allocatable, driver_version_seen, gpu_deployment, gpu_pod, pod_log, seen_gpus
+from tests.e2e.installs import NAMESPACE, all_ready, install_until_ready
 
 pytestmark = pytest.mark.e2e
 
 JSON = dict[str, Any]
-CHART = REPO / "deploy" / "helm" / "gpu-operator"
-NAMESPACE = "gpu-operator"
 PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
 GPUS = {"real-node-1": 8, "real-node-2": 2}
 OLD, NEW = "580.95.05", "595.91.07"
@@ -107,24 +104,14 @@ def installed(driver_cluster: LocalCluster, kube: Client, tmp_path_factory: pyte
     # The startup probe at a test's pace (the chart's 60 s initial delay suits a real driver build).
     probe = {"initialDelaySeconds": 2, "periodSeconds": 2, "timeoutSeconds": 30, "failureThreshold": 90}
     driver = {"enabled": True, "repository": REPOSITORY, "image": IMAGE, "version": OLD, "startupProbe": probe}
-    values = tmp_path_factory.mktemp("values") / "values.yaml"
-    values.write_text(yaml.safe_dump({"driver": driver}), encoding="utf-8")
-    began = time.monotonic()
-    driver_cluster.helm("install", "gpu-operator", str(CHART), "-n", NAMESPACE, "--create-namespace",
-                        "-f", str(values), "--wait", "--timeout", "120s", timeout=150)  # fmt: skip
-    wait_for(lambda: policy_state(kube) == "ready", timeout=300, describe="the ClusterPolicy ready")
-    seconds = time.monotonic() - began
+    seconds = install_until_ready(driver_cluster, kube, values={"driver": driver}, timeout=300,
+                                  workdir=tmp_path_factory.mktemp("values"))  # fmt: skip
     print(f"helm install to ClusterPolicy ready, driver installed by the driver container: {seconds:.1f} s")
     return seconds
 
 
-def _daemonsets(kube: Client) -> dict[str, JSON]:
-    return {str(d.metadata.name): d.to_dict() for d in kube.list(DaemonSet, namespace=NAMESPACE)}  # type: ignore[union-attr]
-
-
 def _all_ready(kube: Client) -> bool:
-    sets = _daemonsets(kube)
-    return all((sets.get(n, {}).get("status") or {}).get("numberReady") == len(PROFILES) for n in OPERANDS)
+    return all_ready(kube, names=OPERANDS, nodes=len(PROFILES))
 
 
 def _driver_pods(kube: Client) -> dict[str, JSON]:

@@ -35,9 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from lightkube import Client, codecs
-from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpu_operator.localcluster.binaries import KubeBinaries
@@ -48,16 +46,14 @@ from gpu_operator.sim.fakedriver.install import FakeDriver
 from gpu_operator.sim.fakedriver.nodes import attach, node_setup
 from gpu_operator.sim.hardware import pci_functions
 from tests.chart_checks import policy_state
-from tests.conftest import REPO
 from tests.e2e.conftest import ProductImage
 from tests.e2e.gpu_pods import allocatable, gpu_pod, seen_gpus
+from tests.e2e.installs import NAMESPACE, all_ready, daemonsets, install_until_ready
 from tests.prometheus import Prometheus
 
 pytestmark = pytest.mark.e2e
 
 JSON = dict[str, Any]
-CHART = REPO / "deploy" / "helm" / "gpu-operator"
-NAMESPACE = "gpu-operator"
 PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
 GPUS = {"real-node-1": 8, "real-node-2": 2}
 #: The DaemonSets of the default ClusterPolicy with the driver on the host (no NFD, no MPS config).
@@ -100,26 +96,14 @@ def drivers(gpu_cluster: LocalCluster) -> dict[str, FakeDriver]:
 @pytest.fixture(scope="module")
 def installed(gpu_cluster: LocalCluster, kube: Client, tmp_path_factory: pytest.TempPathFactory) -> float:
     """``helm install`` with the defaults (the driver on the host); seconds until the policy is ready."""
-    values = tmp_path_factory.mktemp("values") / "values.yaml"
-    values.write_text(yaml.safe_dump({"driver": {"enabled": False}}), encoding="utf-8")
-    began = time.monotonic()
-    gpu_cluster.helm("install", "gpu-operator", str(CHART), "-n", NAMESPACE, "--create-namespace",
-                     "-f", str(values), "--wait", "--timeout", "120s", timeout=150)  # fmt: skip
-    wait_for(lambda: policy_state(kube) == "ready", timeout=240, describe="the default ClusterPolicy ready")
-    seconds = time.monotonic() - began
+    seconds = install_until_ready(gpu_cluster, kube, values={"driver": {"enabled": False}},
+                                  workdir=tmp_path_factory.mktemp("values"))  # fmt: skip
     print(f"helm install to ClusterPolicy ready on {len(PROFILES)} fake-driver nodes: {seconds:.1f} s")
     return seconds
 
 
-def _daemonsets(kube: Client) -> dict[str, JSON]:
-    return {str(d.metadata.name): d.to_dict() for d in kube.list(DaemonSet, namespace=NAMESPACE)}  # type: ignore[union-attr]
-
-
 def _all_ready(kube: Client) -> bool:
-    sets = _daemonsets(kube)
-    return all(
-        (sets.get(name, {}).get("status") or {}).get("numberReady") == len(PROFILES) for name in DEFAULT_OPERANDS
-    )
+    return all_ready(kube, names=DEFAULT_OPERANDS, nodes=len(PROFILES))
 
 
 def _has_gpus(kube: Client, node: str, count: int) -> bool:
@@ -134,7 +118,7 @@ def test_default_policy_is_ready_with_every_operand_a_real_container(
     gpu_cluster: LocalCluster, kube: Client, installed: float
 ) -> None:
     wait_for(lambda: _all_ready(kube), timeout=60, describe="every default operand Ready on both nodes")
-    assert set(_daemonsets(kube)) >= DEFAULT_OPERANDS
+    assert set(daemonsets(kube)) >= DEFAULT_OPERANDS
     for pod in kube.list(Pod, namespace=NAMESPACE):
         data: JSON = pod.to_dict()
         for status in data["status"].get("containerStatuses", []):

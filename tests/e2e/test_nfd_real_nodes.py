@@ -11,7 +11,6 @@ computes reach the node through NFD (its feature file, applied by nfd-master), t
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,16 +29,14 @@ from gpu_operator.localcluster.nodes.spec import NodeSetup
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.fakedriver.nodes import node_setup
 from gpu_operator.sim.hardware import pci_functions
-from tests.chart_checks import policy_state
 from tests.conftest import REPO
 from tests.e2e.conftest import ProductImage
 from tests.e2e.gpu_pods import allocatable
+from tests.e2e.installs import NAMESPACE, install_until_ready
 
 pytestmark = pytest.mark.e2e
 
 JSON = dict[str, Any]
-CHART = REPO / "deploy" / "helm" / "gpu-operator"
-NAMESPACE = "gpu-operator"
 NFD_NAMESPACE = "node-feature-discovery"
 NFD_GPU_LABEL = "feature.node.kubernetes.io/pci-0302_10de.present"
 GPU_NODE, CPU_NODE = "real-node-1", "real-node-2"
@@ -117,13 +114,8 @@ def nfd_installed(
 def installed(
     nfd_cluster: LocalCluster, kube: Client, nfd_installed: None, tmp_path_factory: pytest.TempPathFactory
 ) -> float:
-    values = tmp_path_factory.mktemp("values") / "values.yaml"
-    values.write_text(yaml.safe_dump({"driver": {"enabled": False}, "nfd": {"enabled": True}}), encoding="utf-8")
-    began = time.monotonic()
-    nfd_cluster.helm("install", "gpu-operator", str(CHART), "-n", NAMESPACE, "--create-namespace",
-                     "-f", str(values), "--wait", "--timeout", "120s", timeout=150)  # fmt: skip
-    wait_for(lambda: policy_state(kube) == "ready", timeout=240, describe="the ClusterPolicy ready beside NFD")
-    return time.monotonic() - began
+    values = {"driver": {"enabled": False}, "nfd": {"enabled": True}}
+    return install_until_ready(nfd_cluster, kube, values=values, workdir=tmp_path_factory.mktemp("values"))
 
 
 @pytest.mark.timeout(600)
@@ -142,7 +134,7 @@ def test_with_nfd_the_gpu_node_is_found_through_its_labels_and_gfd_reports_throu
         assert (status.desiredNumberScheduled, status.numberReady) == (1, 1), name  # the GPU node only
     assert gpu["nvidia.com/gpu.present"] == "true"
     assert cpu.get("nvidia.com/gpu.present") != "true"
-    assert allocatable(kube, GPU_NODE) == "2"
+    wait_for(lambda: allocatable(kube, GPU_NODE) == "2", timeout=30, describe="the A100s allocatable")
     # GFD's labels arrive through NFD: nfd-master applied them from GFD's feature file and owns them.
     wait_for(lambda: _labels(kube, GPU_NODE).get("nvidia.com/gpu.product") == "NVIDIA-A100-SXM4-40GB", timeout=120,
              describe="GFD's product label, through NFD")  # fmt: skip

@@ -178,7 +178,9 @@ def run_real_demo(*, console: Console, interactive: bool) -> None:
         took = _watch_ready(console=console, cluster=cluster)
         console.print(f"  [green]ClusterPolicy ready[/green] again after {took:.0f} s")
         _step(console, 8, f"Upgrade the driver {OLD_VERSION} -> {NEW_VERSION}, one node at a time")
-        took = run_upgrade(console=console, cluster=cluster, client=client, nodes=list(PROFILES),
+        # real-node-2's GPUs are MIG instances now: its workload asks for one of those.
+        resources = {"real-node-1": "nvidia.com/gpu", "real-node-2": "nvidia.com/mig-1g.5gb"}
+        took = run_upgrade(console=console, cluster=cluster, client=client, resources=resources,
                            image=_reference(archive))  # fmt: skip
         console.print(f"  [green]every GPU node is upgrade-done on {NEW_VERSION}[/green] after {took:.0f} s")
         policies, reports = gather(kubeconfig=str(cluster.kubeconfig_path), namespace=NAMESPACE)

@@ -50,9 +50,9 @@ def driver_image(*, product: Path, checkout: Path) -> DriverImage:
                               output=product.parent / "fake-nvidia-driver.oci.tar")  # fmt: skip
 
 
-def _workload(*, name: str, node: str, image: str) -> JSON:
+def _workload(*, name: str, node: str, image: str, resource: str) -> JSON:
     container = {"name": "cuda", "image": image, "imagePullPolicy": "Never", "command": ["sh", "-c", SHOW_DRIVER],
-                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}  # fmt: skip
+                 "resources": {"limits": {resource: "1"}}}  # fmt: skip
     spec = {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 1,
             "containers": [container]}  # fmt: skip
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"},
@@ -80,15 +80,19 @@ def _wait(check: Any, *, timeout: float, what: str) -> Any:
     raise click.ClickException(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def run_upgrade(*, console: Console, cluster: LocalCluster, client: Client, nodes: list[str], image: str) -> float:
-    """One GPU workload per node, the version change, each node's states; returns the seconds it took."""
+def run_upgrade(
+    *, console: Console, cluster: LocalCluster, client: Client, resources: dict[str, str], image: str
+) -> float:
+    """One workload per node (asking for one of ``resources[node]``), the version change, each node's
+    states; returns the seconds it took."""
+    nodes = list(resources)
     apps = {node: f"workload-{node}" for node in nodes}
     for node, app in apps.items():
-        client.create(codecs.from_dict(_workload(name=app, node=node, image=image)))
+        client.create(codecs.from_dict(_workload(name=app, node=node, image=image, resource=resources[node])))
     for node, app in apps.items():
         seen = _wait(lambda a=app: _driver_seen(cluster=cluster, client=client, app=a), timeout=120,
                      what=f"the workload on {node}")  # fmt: skip
-        console.print(f"  {node}: a GPU workload (Deployment {app}) runs on driver {seen}")
+        console.print(f"  {node}: a workload (Deployment {app}, 1 {resources[node]}) runs on driver {seen}")
     console.print(f"  kubectl patch clusterpolicy cluster-policy: spec.driver.version={NEW_VERSION}")
     patch = {"spec": {"driver": {"version": NEW_VERSION}}}
     cluster.kubectl("patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p", json.dumps(patch))

@@ -41,10 +41,8 @@ NFD_IMAGE_REPOSITORY = "localhost/nfd/node-feature-discovery"
 
 def build_nfd_image(*, nfd_dir: Path, version: str, output: Path) -> str:
     """NFD's image (``nfd-master``, ``nfd-worker`` on ``PATH``, a non-root user as its chart requires) from
-    ``nfd_dir/bin``, written to ``output`` unless it is there; returns its reference."""
+    ``nfd_dir/bin``, written to ``output`` (always: the binaries may have been rebuilt); returns its reference."""
     reference = f"{NFD_IMAGE_REPOSITORY}:{version}"
-    if output.is_file():
-        return reference
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nfd-layer-") as layer:
         root = Path(layer)
