@@ -27,6 +27,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
+from gpu_operator.agents.discovery.osrelease import os_labels
 from gpu_operator.agents.discovery.program import DISCOVERED
 from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.cluster import LocalCluster
@@ -281,11 +282,12 @@ def test_chart_runs_the_operator_as_a_real_container(
         )
 
     wait_for(gone, timeout=90, describe="everything of the chart and the operator removed")
-    # Node labels are as before but for the GPU labels the operator and the discovery agent write, which
+    # Node labels are as before but for the GPU and OS labels the operator and the discovery agent write, which
     # stay after an uninstall as NVIDIA's operator leaves them (and NFD's): nothing else was added.
     labels_after = {str(n.metadata.name): dict(n.metadata.labels or {}) for n in kube.list(Node)}  # type: ignore[union-attr]
+    host_os = {k: v for k, v in os_labels(Path("/")).items() if v is not None}  # the nodes share this /etc
     for name, before in labels_before.items():
         added = {k: v for k, v in labels_after[name].items() if before.get(k) != v}
-        assert all(k in (DISCOVERED, PRESENT) or k.startswith(DEPLOY) for k in added), (name, added)
-    assert labels_after["real-node-2"] == {**labels_before["real-node-2"], DISCOVERED: "false"}
+        assert all(k in (DISCOVERED, PRESENT, *host_os) or k.startswith(DEPLOY) for k in added), (name, added)
+    assert labels_after["real-node-2"] == {**labels_before["real-node-2"], DISCOVERED: "false", **host_os}
     kube.delete(Namespace, namespace)

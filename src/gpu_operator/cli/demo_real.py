@@ -26,7 +26,7 @@ import click
 import httpx
 import yaml
 from lightkube import Client, codecs
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import Node, Pod
 from rich.console import Console
 
 from gpu_operator.cli.demo_progress import gpu_resources, operand_pods
@@ -108,6 +108,8 @@ def _workload(*, console: Console, cluster: LocalCluster, client: Client, image:
     console.print(f"  its /dev: {' '.join(devices)}")
     for line in lines[1:]:
         console.print(f"  $ nvidia-smi -L → {line}", highlight=False)
+    # A bare pod: the driver upgrade of step 8 may not evict it (upstream's rule), so it goes now.
+    client.delete(Pod, POD, namespace="default", grace_period=0)
 
 
 def _exporter(*, console: Console, client: Client) -> None:

@@ -9,6 +9,7 @@ workload per node that the upgrade evicts first and that comes back on the new d
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from rich.console import Console
 
 from gpu_operator.agents.discovery.osrelease import os_labels
 from gpu_operator.localcluster.cluster import LocalCluster
+from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.render.facts import os_tag
 from gpu_operator.sim.fakedriver.build import cached_build
 from gpu_operator.sim.fakedriver.image import IMAGE, REPOSITORY, DriverImage, build_driver_image
@@ -70,16 +72,6 @@ def _driver_seen(*, cluster: LocalCluster, client: Client, app: str) -> str | No
     return None
 
 
-def _wait(check: Any, *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(1.0)
-    raise click.ClickException(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def run_upgrade(
     *, console: Console, cluster: LocalCluster, client: Client, resources: dict[str, str], image: str
 ) -> float:
@@ -90,8 +82,8 @@ def run_upgrade(
     for node, app in apps.items():
         client.create(codecs.from_dict(_workload(name=app, node=node, image=image, resource=resources[node])))
     for node, app in apps.items():
-        seen = _wait(lambda a=app: _driver_seen(cluster=cluster, client=client, app=a), timeout=120,
-                     what=f"the workload on {node}")  # fmt: skip
+        seen = wait_for(functools.partial(_driver_seen, cluster=cluster, client=client, app=app), timeout=120,
+                        interval=1.0, describe=f"the workload on {node}")  # fmt: skip
         console.print(f"  {node}: a workload (Deployment {app}, 1 {resources[node]}) runs on driver {seen}")
     console.print(f"  kubectl patch clusterpolicy cluster-policy: spec.driver.version={NEW_VERSION}")
     patch = {"spec": {"driver": {"version": NEW_VERSION}}}
@@ -109,8 +101,8 @@ def run_upgrade(
                 console.print(f"  {time.monotonic() - began:5.1f} s  {node}: {state or '-'}")
                 last[node] = state
         if all(state == DONE for state in last.values()) and len(last) == len(nodes):
-            seen = {n: _driver_seen(cluster=cluster, client=client, app=a) for n, a in apps.items()}
-            if all(version == NEW_VERSION for version in seen.values()):
+            versions = {n: _driver_seen(cluster=cluster, client=client, app=a) for n, a in apps.items()}
+            if all(version == NEW_VERSION for version in versions.values()):
                 took = time.monotonic() - began
                 for node in nodes:
                     console.print(f"  {node}: its workload is back, on driver {NEW_VERSION}")
