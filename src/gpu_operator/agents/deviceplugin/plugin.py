@@ -2,7 +2,8 @@
 
 Level-triggered: every ``interval`` it checks that the kubelet socket is the one it registered with
 and that its own sockets still exist (a kubelet restart deletes them) and, if not, restarts its
-servers and registers again; it also re-reads the settings and, when they changed and are valid,
+servers and registers again (between passes that check alone runs every ``KUBELET_WATCH_SECONDS``,
+so a restarted kubelet is answered at once); it also re-reads the settings and, when they changed and are valid,
 rebuilds the resources. An invalid config is logged and the previous one keeps serving. Health
 events are read by one thread per plugin (backend waits block) and pushed to the streams.
 """
@@ -30,6 +31,10 @@ from gpu_operator.kubelet.registration import register
 log = logging.getLogger(__name__)
 
 SettingsSource = Callable[[], Awaitable[Settings]]
+#: How often, between passes, the kubelet's socket is looked at (a stat): measured on a real kubelet, a
+#: plugin re-registering within 0.1 s of its restart has the GPUs allocatable again in 1.4 s, at 0.25 s
+#: or later only after the kubelet's next node status update (10.8 s).
+KUBELET_WATCH_SECONDS = 0.05
 
 
 class DevicePlugin:
@@ -186,11 +191,30 @@ class DevicePlugin:
                 self.settings = None
                 await self.reconcile()
                 return
-        kubelet = self._kubelet_identity()
-        lost_socket = any(not s.serving for s in self.servers)
-        if kubelet is not None and (kubelet != self._kubelet_id or lost_socket):
+        if self._kubelet_changed():
             log.info("%s: kubelet restarted or sockets removed; re-registering", self.name)
             await self._start_and_register([s.resource for s in self.servers] or self._resources(), self.settings)
+
+    def _kubelet_changed(self) -> bool:
+        """A new kubelet socket, or one of ours removed (a kubelet restart deletes them): two stats."""
+        kubelet = self._kubelet_identity()
+        lost_socket = any(not s.serving for s in self.servers)
+        return kubelet is not None and (kubelet != self._kubelet_id or lost_socket)
+
+    async def _watch_kubelet(self, *, stop: asyncio.Event) -> None:
+        """Wait ``interval`` for the next pass, returning early when the kubelet restarted: a restarted
+        kubelet publishes the Node's allocatable in its first status updates, and a plugin registering
+        after those waits for the next periodic one (10 s by default)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.interval
+        while not stop.is_set():
+            left = until - loop.time()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=min(left, KUBELET_WATCH_SECONDS))
+            if self.settings is not None and self._kubelet_changed():
+                return
 
     def _safe_layout_changed(self) -> bool:
         try:
@@ -215,8 +239,7 @@ class DevicePlugin:
                 except Exception as exc:  # level-triggered: log, keep serving, try again next pass
                     log.exception("%s: reconcile failed: %s", self.name, exc)
                     self.last_error = str(exc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=self.interval)
+                await self._watch_kubelet(stop=stop)
         finally:
             self._stop_health.set()
             await self._stop_servers()
