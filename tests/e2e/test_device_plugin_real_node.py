@@ -132,8 +132,9 @@ def test_the_plugin_serves_a_real_kubelet_and_registers_again_after_its_restart(
         uuids = line.split(" ", 1)[1].split(",")
         assert len(uuids) == 2
         assert all(u.startswith("GPU-") for u in uuids)
-        pod: JSON = client.get(Pod, "two-gpus", namespace="default").to_dict()
-        assert pod["status"]["phase"] == "Running"
+        # The container's output can be read before the kubelet's status update says Running.
+        wait_for(lambda: client.get(Pod, "two-gpus", namespace="default").to_dict()["status"]["phase"] == "Running",
+                 timeout=30, describe="the workload Running")  # fmt: skip
 
         assert gpu_node.real_nodes is not None
         node = gpu_node.real_nodes.node(NODE)
