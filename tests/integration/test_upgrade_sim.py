@@ -97,6 +97,7 @@ class Recorder:
         self.driver_replaced: dict[str, float] = {}  # node -> when its second driver pod was first seen
         # trainer pod uid -> (its node, when it was last seen running there, not terminating)
         self.trainer_last: dict[str, tuple[str, float]] = {}
+        self.passes = 0  # completed polls: the test waits for one that began after the rollout ended
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -130,6 +131,12 @@ class Recorder:
                 if not flips or flips[-1] != cordoned:
                     flips.append(cordoned)
             self.max_in_progress = max(self.max_in_progress, len(busy))
+            self.passes += 1
+
+    def catch_up(self) -> None:
+        """Return once a whole poll has run after this call: the recorder has seen what the test saw."""
+        target = self.passes + 2  # the poll under way may have read the nodes before the last change
+        wait_for(lambda: self.passes >= target, timeout=30, describe="the recorder's next whole poll")
 
 
 def _states(client: Client, nodes: list[str]) -> dict[str, str]:
@@ -220,6 +227,7 @@ def test_rolling_driver_upgrade_of_20_nodes(
         while time.monotonic() < deadline:
             states = _states(client, nodes)
             if all(states[n] == m.DONE for n in nodes[:-1]) and states[failing] == m.FAILED:
+                recorder.catch_up()
                 break
             # Kill the operator the first time each state shows up; the new one must carry on.
             fresh = [s for s in recorder.seen_states if s not in IDLE and s not in restarted]

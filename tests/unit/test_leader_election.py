@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from gpu_operator.kube.api import Kube
-from gpu_operator.reconcile.operator import LEASE_NAME, LEASE_SECONDS, LeaderElection
+from gpu_operator.runtime.leader import LEASE_NAME, LEASE_SECONDS, LeaderElection
 
 pytestmark = pytest.mark.unit
 
@@ -52,7 +51,7 @@ def _held_by(holder: str, *, seconds_ago: float) -> JSON:
 
 
 def _election(leases: FakeLeases, identity: str = "me") -> LeaderElection:
-    return LeaderElection(kube=cast(Kube, leases), namespace=NAMESPACE, identity=identity)
+    return LeaderElection(store=leases, namespace=NAMESPACE, identity=identity)
 
 
 def test_an_absent_lease_is_taken() -> None:
@@ -139,9 +138,7 @@ def test_the_lease_is_owned_by_the_operator_pod_so_it_goes_with_it() -> None:
     # helm uninstall removes the chart's RBAC while the operator terminates, so its own delete of the
     # Lease may be refused: the garbage collector removes the Lease once the pod is gone.
     leases = FakeLeases()
-    election = LeaderElection(
-        kube=cast(Kube, leases), namespace=NAMESPACE, identity="me", owner_pod=("gpu-operator-abc", "uid-1")
-    )
+    election = LeaderElection(store=leases, namespace=NAMESPACE, identity="me", owner_pod=("gpu-operator-abc", "uid-1"))
     assert asyncio.run(election.try_acquire())
     assert leases.lease is not None
     assert leases.lease["metadata"]["ownerReferences"] == [

@@ -37,15 +37,10 @@ def operator_command(
         quiet_http_logs()
 
     async def run() -> None:
-        stop, healthy, ready = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        stop, ready = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        metrics = OperatorMetrics()
-        servers = [
-            await serve(address=metrics_bind_address, metrics=metrics, healthy=healthy, ready=ready),
-            await serve(address=health_probe_bind_address, metrics=metrics, healthy=healthy, ready=ready),
-        ]
         client = AsyncClient(field_manager="gpu-operator")
         pod_name, pod_uid = os.environ.get("POD_NAME"), os.environ.get("POD_UID")
         op = Operator(
@@ -54,13 +49,17 @@ def operator_command(
             settings=OperatorSettings.from_env(os.environ),
             pod=(pod_name, pod_uid) if pod_name and pod_uid else None,
         )
+        metrics = OperatorMetrics(loops=op.metric_lines)
+        servers = [
+            await serve(address=address, metrics=metrics, healthy=lambda: op.healthy, ready=ready)
+            for address in (metrics_bind_address, health_probe_bind_address)
+        ]
 
         async def observed(outcome: Outcome) -> None:
             metrics.observe(outcome, api_requests=op.api_requests, upgrades=op.upgrades, kube=op.kube)
             ready.set()
 
         op.on_outcome = observed
-        healthy.set()
         try:
             await op.run(stop=stop, leader_election=leader_elect)
         finally:

@@ -24,7 +24,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
+
+from gpu_operator.runtime.backoff import Backoff, error_kind
 
 JSON = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
@@ -97,20 +99,22 @@ class Informer:
 
     async def run(self, *, stop: asyncio.Event) -> None:
         """List, then watch until the watch breaks; list again; until ``stop``. Retries back off (doubling
-        to 30 s) while lists keep failing, so a denied or absent kind does not hammer the API server."""
-        delay = self.retry_seconds
+        to 30 s, or as the API server's Retry-After says) while lists keep failing, so a denied or absent
+        kind does not hammer the API server. Whatever a list or watch raises only means "list again"."""
+        backoff = Backoff(initial=self.retry_seconds, ceiling=MAX_RETRY_SECONDS)
         while not stop.is_set():
+            error: Exception | None = None
             try:
                 version = await self._relist()
-                delay = self.retry_seconds
+                backoff.reset()
                 await self._follow_until(version, stop=stop)
-            except (ApiError, OSError, TimeoutError) as exc:
-                log.info("%s informer: watch broken, listing again: %s", self.kind, exc)
-            except Exception as exc:  # httpx surfaces stream errors as various types
-                log.info("%s informer: watch ended, listing again: %s", self.kind, exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # httpx surfaces stream errors as various types: all mean "list again"
+                error = exc
+                log.info("%s informer: watch broken (%s), listing again: %s", self.kind, error_kind(exc), exc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
-            delay = min(max(delay, 0.05) * 2, MAX_RETRY_SECONDS)
+                await asyncio.wait_for(stop.wait(), timeout=backoff.next(error))
 
     def _selectors(self) -> dict[str, Any]:
         out: dict[str, Any] = {"labels": dict(self.labels) or None}

@@ -1,14 +1,17 @@
 """The operator's health probes and Prometheus metrics, on a tiny asyncio HTTP server.
 
-``/healthz`` answers while the loop runs; ``/readyz`` once a first pass finished (or while waiting
-for leadership); ``/metrics`` exports the upstream-named ``gpu_operator_*`` gauges and counters
-(reconcile totals by outcome, last success time, status, GPU node count, API requests).
+``/healthz`` answers 200 while every task of the operator runs and 503 once one has died (the
+runtime's supervisor decides); ``/readyz`` once a first pass finished (or while waiting for
+leadership); ``/metrics`` exports the upstream-named ``gpu_operator_*`` gauges and counters
+(reconcile totals by outcome, last success time, status, GPU node count, API requests) and each work
+loop's passes, failures by kind and liveness.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpu_operator.kube.api import Kube
@@ -33,6 +36,8 @@ class OperatorMetrics:
     upgrades: UpgradeOutcome | None = None
     caches: tuple[Informer, ...] = ()
     cached_reads: int = 0
+    #: The work loops' own lines (``Operator.metric_lines``), read at every scrape.
+    loops: Callable[[], list[str]] | None = None
 
     def observe(
         self, outcome: Outcome, *, api_requests: int, upgrades: UpgradeOutcome | None = None, kube: Kube | None = None
@@ -77,7 +82,12 @@ class OperatorMetrics:
             for k, v in sorted(self.passes_by_state.items())
         ]
         return (
-            "\n".join(lines + cache_lines(self.caches, cached_reads=self.cached_reads) + upgrade_lines(self.upgrades))
+            "\n".join(
+                lines
+                + cache_lines(self.caches, cached_reads=self.cached_reads)
+                + upgrade_lines(self.upgrades)
+                + (self.loops() if self.loops is not None else [])
+            )
             + "\n"
         )
 
@@ -138,7 +148,7 @@ def _parse_address(address: str) -> tuple[str, int]:
 
 
 async def serve(
-    *, address: str, metrics: OperatorMetrics, healthy: asyncio.Event, ready: asyncio.Event
+    *, address: str, metrics: OperatorMetrics, healthy: Callable[[], bool], ready: asyncio.Event
 ) -> asyncio.AbstractServer:
     """Start answering GET /healthz, /readyz and /metrics on ``address`` (``host:port``)."""
 
@@ -151,7 +161,7 @@ async def serve(
             if path == "/metrics":
                 code, body, kind = 200, metrics.render(), "text/plain; version=0.0.4"
             elif path in ("/healthz", "/readyz"):
-                ok = healthy.is_set() if path == "/healthz" else ready.is_set()
+                ok = healthy() if path == "/healthz" else ready.is_set()
                 code, body, kind = (200, "ok\n", "text/plain") if ok else (503, "not ready\n", "text/plain")
             else:
                 code, body, kind = 404, "not found\n", "text/plain"

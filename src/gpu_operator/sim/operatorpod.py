@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from lightkube import AsyncClient, KubeConfig
@@ -116,7 +116,7 @@ async def _serve_endpoints(
     flags: OperatorFlags,
     env: Mapping[str, str],
     metrics: OperatorMetrics,
-    healthy: asyncio.Event,
+    healthy: Callable[[], bool],
     ready: asyncio.Event,
 ) -> list[asyncio.AbstractServer]:
     servers = []
@@ -135,10 +135,13 @@ async def operator_program(ctx: ProgramContext) -> None:
     """Run the operator until the pod stops (see the module docstring)."""
     flags = parse_flags(argv=ctx.argv, env=ctx.env)
     config = in_cluster_config(ctx)
-    metrics, healthy, ready, stop = OperatorMetrics(), asyncio.Event(), asyncio.Event(), asyncio.Event()
-    servers = await _serve_endpoints(flags=flags, env=ctx.env, metrics=metrics, healthy=healthy, ready=ready)
+    ready, stop = asyncio.Event(), asyncio.Event()
     client = AsyncClient(config=config, field_manager=FIELD_MANAGER)
     operator = Operator(client=client, namespace=flags.namespace, settings=OperatorSettings.from_env(ctx.env))
+    metrics = OperatorMetrics(loops=operator.metric_lines)
+    servers = await _serve_endpoints(
+        flags=flags, env=ctx.env, metrics=metrics, healthy=lambda: operator.healthy, ready=ready
+    )
 
     async def observed(outcome: Outcome) -> None:
         metrics.observe(outcome, api_requests=operator.api_requests, upgrades=operator.upgrades)
@@ -147,7 +150,6 @@ async def operator_program(ctx: ProgramContext) -> None:
             ctx.set_ready(True)
 
     operator.on_outcome = observed
-    healthy.set()
     running = asyncio.create_task(operator.run(stop=stop, leader_election=flags.leader_elect), name="operator-pod")
     stopped = asyncio.create_task(ctx.stopped(), name="operator-pod-stop")
     try:

@@ -1,0 +1,142 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, with injectable clocks.
+
+Upstream's Lease name (``53822513.nvidia.com``), 15 s duration, renewed every 5 s. A standby tries
+every 2 s, so a crashed leader is replaced within 17 s (controller-runtime's figure). The Lease is
+read and written through :class:`LeaseStore`, which the ``kube`` layer implements, so this module and
+its tests need no API client. A failed renewal gives leadership up at once: another replica may take
+the Lease once it expires, and two leaders must never act at the same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpu_operator.runtime.loop import Result
+
+log = logging.getLogger(__name__)
+LEASE_NAME = "53822513.nvidia.com"
+LEASE_API = "coordination.k8s.io/v1"
+LEASE_SECONDS = 15
+RENEW_SECONDS = 5.0
+RETRY_SECONDS = 2.0
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+class LeaseStore(Protocol):
+    """The three calls election needs (``kube.api.Kube`` has them)."""
+
+    async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Any: ...
+
+    async def apply(self, obj: dict[str, Any]) -> Any: ...
+
+    async def delete(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Any: ...
+
+
+def _micro(moment: dt.datetime) -> str:
+    return moment.strftime(_TIME_FORMAT)
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def default_identity() -> str:
+    # Unique per instance: two operators in one process (simulated operator pods) must not share a Lease.
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class LeaderElection:
+    """Hold the Lease while ``leading`` is set; :meth:`step` is the work of the ``lease`` loop."""
+
+    store: LeaseStore
+    namespace: str
+    identity: str = field(default_factory=default_identity)
+    #: The operator's own pod (name, uid): the Lease's owner, so it goes when the pod does (``helm
+    #: uninstall`` removes the RBAC that would let a terminating operator delete it itself).
+    owner_pod: tuple[str, str] | None = None
+    leading: asyncio.Event = field(default_factory=asyncio.Event)
+    on_elected: Callable[[], None] | None = None  # a new leader reconciles at once
+    wall: Callable[[], dt.datetime] = _utcnow
+    monotonic: Callable[[], float] = time.monotonic
+    renewed_at: float = 0.0  # monotonic time of the last successful write
+    acquired: str = ""  # acquireTime, sent with every renewal (an apply that omits a field removes it)
+
+    @property
+    def held(self) -> bool:
+        return self.leading.is_set()
+
+    async def step(self) -> Result:
+        """Acquire or renew once; come back in RENEW_SECONDS while leading, RETRY_SECONDS while standing by."""
+        was = self.held
+        try:
+            held = await self.try_acquire()
+        except Exception:
+            self._follow("the Lease could not be renewed")
+            raise  # the loop logs, counts and retries it
+        if held and not was:
+            log.info("became leader (%s)", self.identity)
+            if self.on_elected is not None:
+                self.on_elected()
+        elif was and not held:
+            log.warning("lost leadership (another replica holds the Lease); work stops until it is ours again")
+        return Result(after=RENEW_SECONDS if held else RETRY_SECONDS)
+
+    def _follow(self, why: str) -> None:
+        if self.leading.is_set():
+            log.warning("lost leadership (%s); work stops until the Lease is ours again", why)
+            self.leading.clear()
+
+    async def try_acquire(self) -> bool:
+        now = self.wall()
+        if self.held and self.monotonic() - self.renewed_at < LEASE_SECONDS - RENEW_SECONDS:
+            # Renewed well within the lease's duration: nobody can have taken it since, so renewing is
+            # one write, no read (an idle operator's Lease costs 12 requests a minute, not 24).
+            await self.store.apply(self._body(now))
+            self.renewed_at = self.monotonic()
+            return True
+        lease = await self.store.get(LEASE_API, "Lease", LEASE_NAME, namespace=self.namespace)
+        spec = (lease or {}).get("spec") or {}
+        holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
+        if lease and holder and holder != self.identity and renewed:
+            last = dt.datetime.strptime(renewed, _TIME_FORMAT).replace(tzinfo=dt.UTC)
+            if (now - last).total_seconds() < int(spec.get("leaseDurationSeconds", LEASE_SECONDS)):
+                self.leading.clear()
+                return False
+        if holder != self.identity or not self.acquired:  # a new holding (or ours, from before a restart)
+            self.acquired = (str(spec.get("acquireTime") or "") if holder == self.identity else "") or _micro(now)
+        await self.store.apply(self._body(now))
+        self.renewed_at = self.monotonic()
+        self.leading.set()
+        return True
+
+    def _body(self, now: dt.datetime) -> dict[str, Any]:
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": LEASE_SECONDS,
+            "acquireTime": self.acquired,
+            "renewTime": _micro(now),
+        }
+        metadata: dict[str, Any] = {"name": LEASE_NAME, "namespace": self.namespace}
+        if self.owner_pod is not None:
+            name, uid = self.owner_pod
+            metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}]
+        return {"apiVersion": LEASE_API, "kind": "Lease", "metadata": metadata, "spec": spec}
+
+    async def release(self) -> None:
+        """Give the Lease up on a clean stop, so a standby takes over at once rather than after 15 s."""
+        if self.held:
+            try:
+                await self.store.delete(LEASE_API, "Lease", LEASE_NAME, namespace=self.namespace)
+            except Exception as error:  # stopping anyway; the Lease then simply expires
+                log.info("could not release the Lease (it expires by itself): %s", error)
+            self.leading.clear()

@@ -1,0 +1,54 @@
+"""The agents' API loops: do the work every ``seconds``, and survive any failure of a round.
+
+An agent's container sleeps through ``ctx.sleep`` (True once it is asked to stop); :func:`every`
+runs one round, and on an ``Exception`` logs it, counts it in the returned :class:`LoopStats` and
+tries again after the backoff (never later than the regular interval), so an API server that is
+briefly unreachable, slow, overloaded (429 with Retry-After) or answering 500 costs a retry, not the
+container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from gpu_operator.runtime.backoff import Backoff
+from gpu_operator.runtime.loop import LoopStats
+
+log = logging.getLogger(__name__)
+
+
+async def every(
+    *,
+    name: str,
+    seconds: float | None,
+    work: Callable[[], Awaitable[object]],
+    sleep: Callable[[float | None], Awaitable[bool]],
+    stats: LoopStats | None = None,
+    backoff: Backoff | None = None,
+) -> LoopStats:
+    """Run ``work`` until ``sleep`` reports a stop; with ``seconds=None`` until one round succeeds."""
+    stats = stats if stats is not None else LoopStats()
+    backoff = backoff if backoff is not None else Backoff(initial=0.5, ceiling=30.0)
+    while True:
+        try:
+            await work()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the catch-all: a failed round must never end the agent
+            kind = stats.failed(error)
+            delay = backoff.next(error)
+            if seconds is not None:
+                delay = min(delay, seconds)
+            log.warning("%s: round failed (%s), retrying in %.1f s: %s", name, kind, delay, error)
+        else:
+            stats.passes += 1
+            stats.last_success = time.time()
+            backoff.reset()
+            if seconds is None:
+                return stats
+            delay = seconds
+        if await sleep(delay):
+            return stats
