@@ -25,9 +25,9 @@ FIELD_MANAGER = "gpu-operator-agent"
 class LightkubeNode:
     """NodeAccess over the in-cluster API (lightkube, imported lazily: only real nodes need it)."""
 
-    def __init__(self, *, name: str) -> None:
+    def __init__(self, *, name: str, client: Any = None) -> None:
         self.name = name
-        self._client: Any = None
+        self._client: Any = client  # an AsyncClient; made from the pod's service account when None
 
     def _api(self) -> Any:
         if self._client is None:

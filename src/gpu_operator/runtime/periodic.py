@@ -4,7 +4,8 @@ An agent's container sleeps through ``ctx.sleep`` (True once it is asked to stop
 runs one round, and on an ``Exception`` logs it, counts it in the returned :class:`LoopStats` and
 tries again after the backoff (never later than the regular interval), so an API server that is
 briefly unreachable, slow, overloaded (429 with Retry-After) or answering 500 costs a retry, not the
-container.
+container. :func:`attempt` is the same for one step of a polling wait (a validator's check, the driver
+manager's wait for pods to go): a failed step means "not yet", not the end of the agent.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-from gpu_operator.runtime.backoff import Backoff
+from gpu_operator.runtime.backoff import Backoff, error_kind
 from gpu_operator.runtime.loop import LoopStats
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 async def every(
@@ -52,3 +56,27 @@ async def every(
             delay = seconds
         if await sleep(delay):
             return stats
+
+
+@dataclass(frozen=True)
+class Attempt(Generic[T]):
+    """What one try of a step gave: its value, or the error it raised (then ``value`` is None)."""
+
+    value: T | None = None
+    error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+async def attempt(work: Callable[[], Awaitable[T]], *, name: str, stats: LoopStats | None = None) -> Attempt[T]:
+    """Run one step of a polling wait; a failure is logged and counted, and the wait polls again."""
+    try:
+        return Attempt(value=await work())
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:  # the catch-all of a polling step: "not yet", never the end of the agent
+        kind = stats.failed(error) if stats is not None else error_kind(error)
+        log.warning("%s: step failed (%s), polling again: %s", name, kind, error)
+        return Attempt(error=error)

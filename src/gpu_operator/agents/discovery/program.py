@@ -18,6 +18,8 @@ from gpu_operator.agents.discovery.osrelease import os_labels
 from gpu_operator.agents.discovery.pci import nvidia_gpus
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.render.facts import GPU_DISCOVERED
+from gpu_operator.runtime.loop import LoopStats
+from gpu_operator.runtime.periodic import every
 
 log = logging.getLogger(__name__)
 DISCOVERED = GPU_DISCOVERED
@@ -49,12 +51,15 @@ async def discover_once(ctx: AgentContext) -> bool:
 
 
 async def main(ctx: AgentContext) -> None:
+    await run(ctx)
+
+
+async def run(ctx: AgentContext) -> LoopStats:
+    """Label the node every interval; a failed round (the API briefly unreachable) is retried sooner."""
     interval = _interval(ctx.env.get("DISCOVERY_INTERVAL_SECONDS") or "60")
-    while True:
-        try:
-            await discover_once(ctx)
-            ctx.set_ready(True)
-        except Exception:  # e.g. the API briefly unreachable: logged, and the next round tries again
-            log.exception("discovery failed on %s; retrying in %.0f s", ctx.node_name, interval)
-        if await ctx.sleep(interval):
-            return
+
+    async def round_() -> None:
+        await discover_once(ctx)
+        ctx.set_ready(True)
+
+    return await every(name=f"discovery[{ctx.node_name}]", seconds=interval, work=round_, sleep=ctx.sleep)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 
 from gpu_operator.agents.drivermanager.cluster import Eviction, NodeCluster, PodInfo
 from gpu_operator.agents.drivermanager.operands import Clock, Sleep
+from gpu_operator.runtime.periodic import attempt
 
 DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
 
@@ -60,17 +62,22 @@ async def _evict_until_gone(
     deadline = clock() + options.timeout
     wanted = {(p.namespace, p.name) for p in pods}
     blocked: set[tuple[str, str]] = set()
+    left = sorted(wanted)
     while True:
-        present = {(p.namespace, p.name): p for p in await cluster.list_pods()}
-        left = sorted(key for key in wanted if key in present)
-        if not left:
-            return
-        blocked = set()
-        for namespace, name in left:
-            if present[(namespace, name)].deleting:
-                continue  # evicted: terminating within its grace period
-            if await cluster.evict(namespace=namespace, name=name) is Eviction.BLOCKED:
-                blocked.add((namespace, name))
+        # A list or an eviction that fails (the API briefly unreachable) is tried again next poll.
+        listed = await attempt(cluster.list_pods, name=what)
+        if listed.value is not None:
+            present = {(p.namespace, p.name): p for p in listed.value}
+            left = sorted(key for key in wanted if key in present)
+            if not left:
+                return
+            blocked = set()
+            for namespace, name in left:
+                if present[(namespace, name)].deleting:
+                    continue  # evicted: terminating within its grace period
+                evicted = await attempt(partial(cluster.evict, namespace=namespace, name=name), name=what)
+                if evicted.value is Eviction.BLOCKED:
+                    blocked.add((namespace, name))
         if clock() >= deadline:
             names = ", ".join(
                 f"{n}/{p}" + (" (blocked by a PodDisruptionBudget)" if (n, p) in blocked else "") for n, p in left

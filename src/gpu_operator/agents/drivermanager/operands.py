@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from types import MappingProxyType
 
 from gpu_operator.agents.drivermanager.cluster import NodeCluster
+from gpu_operator.runtime.periodic import attempt
 
 DEPLOY = "nvidia.com/gpu.deploy."
 DRIVER_PAUSE = "paused-for-driver-upgrade"
@@ -95,6 +97,13 @@ def apps_for(operands: Iterable[str]) -> list[str]:
     return [OPERAND_APPS[o] for o in operands if o in OPERAND_APPS]
 
 
+async def _operand_pods(cluster: NodeCluster, apps: Sequence[str]) -> list[str]:
+    left: list[str] = []
+    for app in apps:
+        left.extend(f"{p.namespace}/{p.name}" for p in await cluster.list_pods(selector=f"app={app}"))
+    return left
+
+
 async def wait_for_pods_gone(
     cluster: NodeCluster,
     *,
@@ -106,11 +115,12 @@ async def wait_for_pods_gone(
 ) -> list[str]:
     """Wait until no pod with ``app=<one of apps>`` is left on the node; returns those left at the timeout."""
     deadline = clock() + timeout
+    left = [f"app={app} (not listed yet)" for app in apps]
     while True:
-        left: list[str] = []
-        for app in apps:
-            left.extend(f"{p.namespace}/{p.name}" for p in await cluster.list_pods(selector=f"app={app}"))
-        if not left or clock() >= deadline:
+        listed = await attempt(partial(_operand_pods, cluster, apps), name="waiting for operand pods to go")
+        if listed.value is not None:  # else the API failed: poll again
+            left = listed.value
+        if (listed.ok and not left) or clock() >= deadline:
             return sorted(left)
         if await sleep(min(interval, max(0.0, deadline - clock()))):
             return sorted(left)

@@ -23,6 +23,8 @@ from gpu_operator.agents.gfd.labels import NodeView, compute_labels, stale_keys
 from gpu_operator.agents.gfd.nodefeature import NodeFeatureAccess, node_feature, use_node_feature_api
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.gpu.backend import GpuBackend, GpuError
+from gpu_operator.runtime.loop import LoopStats
+from gpu_operator.runtime.periodic import every
 
 log = logging.getLogger(__name__)
 DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
@@ -109,18 +111,24 @@ async def publish_once(ctx: AgentContext, *, configs: NamedConfigs) -> dict[str,
 
 
 async def main(ctx: AgentContext) -> None:
-    """Publish labels every interval until stopped."""
+    await run(ctx)
+
+
+async def run(ctx: AgentContext) -> LoopStats:
+    """Publish labels every interval until stopped (``GFD_ONESHOT``: until one round has run)."""
     configs = NamedConfigs(ctx)
     interval = parse_interval(ctx.env.get("GFD_SLEEP_INTERVAL", "60s"))
     oneshot = _true(ctx.env.get("GFD_ONESHOT"))
-    while True:
+
+    async def round_() -> None:
         try:
             labels = await publish_once(ctx, configs=configs)
-            ctx.set_ready(True)
-            log.debug("gfd[%s]: %d labels", ctx.node_name, len(labels))
-        except (ConfigError, GpuError) as exc:
+        except (ConfigError, GpuError) as exc:  # the administrator's or the GPU's problem: said, not retried
             log.error("gfd[%s]: labels not updated: %s", ctx.node_name, exc)
-        if oneshot:
             return
-        if await ctx.sleep(interval):
-            return
+        ctx.set_ready(True)
+        log.debug("gfd[%s]: %d labels", ctx.node_name, len(labels))
+
+    # Anything else (the API unreachable, slow, 429, 500) is retried by the runtime, sooner than the interval.
+    return await every(name=f"gfd[{ctx.node_name}]", seconds=None if oneshot else interval, work=round_,
+                       sleep=ctx.sleep)  # fmt: skip

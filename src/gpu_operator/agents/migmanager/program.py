@@ -36,6 +36,7 @@ from gpu_operator.agents.migmanager.reconfigure import (
 )
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.gpu.backend import GpuBackend
+from gpu_operator.runtime.periodic import every
 
 log = logging.getLogger(__name__)
 UNFINISHED = ("pending", "rebooting")
@@ -118,25 +119,24 @@ async def main(ctx: AgentContext) -> None:
     work = Reconfigure(
         node=node, cluster=cluster, backend=ctx.gpu, reset=resetter(ctx), options=options, sleep=ctx.sleep, name=name
     )
-    last: str | None = None
+    last: list[str] = []  # the config last applied (or given up on), so an unchanged label is not redone
     ctx.set_ready(True)
-    while True:
-        try:
-            labels = await node.labels()
-            if paused(labels, reason=MIG_PAUSE):
-                log.warning("%s: restoring operands left paused by an unfinished run", name)
-                await node.patch_labels(restore_changes(labels, reason=MIG_PAUSE))
-            wanted = labels.get(CONFIG_LABEL, "")
-            if wanted and (wanted != last or labels.get(STATE_LABEL) in UNFINISHED):
-                last = wanted
-                try:
-                    configs = await asyncio.to_thread(load_configs, ctx)
-                except MigConfigError as error:
-                    await node.patch_labels({STATE_LABEL: "failed"})
-                    log.error("%s: %s", name, error)
-                else:
-                    await work.run(name=wanted, configs=configs)
-        except Exception as error:  # an API or GPU failure: report, keep watching, try again next pass
-            log.exception("%s: pass failed: %s", name, error)
-        if await ctx.sleep(options.poll_interval):
-            return
+
+    async def round_() -> None:
+        labels = await node.labels()
+        if paused(labels, reason=MIG_PAUSE):
+            log.warning("%s: restoring operands left paused by an unfinished run", name)
+            await node.patch_labels(restore_changes(labels, reason=MIG_PAUSE))
+        wanted = labels.get(CONFIG_LABEL, "")
+        if wanted and (last[-1:] != [wanted] or labels.get(STATE_LABEL) in UNFINISHED):
+            last[:] = [wanted]
+            try:
+                configs = await asyncio.to_thread(load_configs, ctx)
+            except MigConfigError as error:
+                await node.patch_labels({STATE_LABEL: "failed"})
+                log.error("%s: %s", name, error)
+            else:
+                await work.run(name=wanted, configs=configs)
+
+    # An API or GPU failure is logged, counted and retried by the runtime; the watch goes on.
+    await every(name=name, seconds=options.poll_interval, work=round_, sleep=ctx.sleep)

@@ -19,6 +19,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from gpu_operator.runtime.backoff import error_kind
+from gpu_operator.runtime.periodic import attempt
+
 OUTPUT_DIR = "/run/nvidia/validations"
 DRIVER_READY = "driver-ready"
 DRIVER_CONTAINER_READY = ".driver-ctr-ready"
@@ -101,11 +104,15 @@ async def wait_until(
     log: logging.Logger,
     log_every: float = LOG_EVERY_SECONDS,
 ) -> bool:
-    """Poll ``check`` every ``poll`` s until it passes (True) or ``sleep`` reports stopping (False)."""
+    """Poll ``check`` every ``poll`` s until it passes (True) or ``sleep`` reports stopping (False).
+
+    A check that raises (the API server unreachable while reading the Node) has not passed yet: it is
+    logged and polled again, so a transient failure does not fail the validation."""
     began = clock()
     logged: float | None = None
     while True:
-        reason = await check()
+        tried = await attempt(check, name=waiting_for)
+        reason = tried.value if tried.error is None else f"the check failed ({error_kind(tried.error)}): {tried.error}"
         now = clock()
         if reason is None:
             if logged is not None:
