@@ -35,12 +35,12 @@ from lightkube.types import PatchType
 
 from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.kube.crds import install_crds
+from gpu_operator.kube.restclient import ClusterAccess
 from gpu_operator.localcluster.binaries import KubeBinaries, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.reconcile.operator import Operator
 from gpu_operator.render import OperatorSettings
 from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.apiclient import ClusterAccess
 from gpu_operator.sim.node import NodeOptions
 from gpu_operator.sim.simulator import Simulator
 from gpu_operator.upgrade import model as m

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from gpu_operator.agents.programs import PROGRAMS
+from gpu_operator.kube.restclient import ClusterAccess
 from gpu_operator.localcluster.cluster import LocalCluster
-from gpu_operator.sim.apiclient import ClusterAccess
 from gpu_operator.sim.node import NodeOptions
 from gpu_operator.sim.programs import Program
 from gpu_operator.sim.simulator import Simulator

@@ -16,7 +16,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from gpu_operator.agents.drivermanager import driver, manager
-from gpu_operator.agents.drivermanager.kubeclients import RestCluster
+from gpu_operator.kube.nodecluster import RestCluster
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.context import ProgramContext

@@ -23,11 +23,11 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from gpu_operator.agents.deviceplugin import program as device_plugin
 from gpu_operator.agents.drivermanager.cluster import NodeCluster
-from gpu_operator.agents.drivermanager.kubeclients import LightkubeCluster
 from gpu_operator.agents.migmanager import program as mig_manager
 from gpu_operator.agents.migmanager.reconfigure import REASON_ANNOTATION, STATE_LABEL
 from gpu_operator.agents.toolkit import program as toolkit
 from gpu_operator.gpu.backend import GpuBackend
+from gpu_operator.kube.nodecluster import LightkubeCluster
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.context import NodeLabels, ProgramContext

@@ -127,7 +127,7 @@ def test_heartbeats_change_nothing_and_real_changes_are_reported_after_caching()
 def test_a_node_change_wakes_the_reconciler_only_when_it_reads_it() -> None:
     woken: list[str] = []
     informers = operator_informers(
-        None,  # type: ignore[arg-type]
+        None,
         namespace="gpu-operator",
         wake_all=lambda: woken.append("all"),
         wake_reconciler=lambda: woken.append("reconciler"),

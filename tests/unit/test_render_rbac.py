@@ -93,7 +93,7 @@ def test_every_operand_with_cluster_rules_has_a_managed_name() -> None:
 
 @pytest.mark.parametrize("account", ["nvidia-driver", "nvidia-mig-manager"])
 def test_the_agents_that_record_node_events_may_create_them(account: str) -> None:
-    # Both post Events about their node in "default" (agents/drivermanager/kubeclients.py); on a real
+    # Both post Events about their node in "default" (kube/nodecluster.py); on a real
     # node the API server answered 403 until their roles allowed it.
     granted = OPERAND_PERMISSIONS[account].cluster
     assert covers(granted, Rule(("",), ("events",), ("create",)))

@@ -16,8 +16,8 @@ from gpu_operator.gpu.backend import GpuBackend
 from gpu_operator.gpu.catalog import node_profile
 from gpu_operator.gpu.null import NullBackend
 from gpu_operator.gpu.simulated import SimulatedBackend
+from gpu_operator.kube.restclient import ApiClient
 from gpu_operator.kubelet.paths import KubeletDirs
-from gpu_operator.sim.apiclient import ApiClient
 from gpu_operator.sim.devices import DeviceManager
 from gpu_operator.sim.gpuplugin import SimGpuPlugin
 from gpu_operator.sim.host import RuntimeOptions

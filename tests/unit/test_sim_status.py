@@ -9,7 +9,7 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from gpu_operator.sim.apiclient import ApiClient, ApiError
+from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.sim.podstatus import ContainerRecord, StatusWriter, pod_phase, pod_status
 
 pytestmark = pytest.mark.unit

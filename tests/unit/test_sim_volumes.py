@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from gpu_operator.sim.apiclient import ApiClient, ApiError
+from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.sim.podspec import containers
 from gpu_operator.sim.volumes import VolumeError, container_mounts, prepare_volumes, refresh_volumes
 

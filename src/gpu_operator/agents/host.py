@@ -3,7 +3,7 @@
 ``gpu-operator agent NAME`` builds a :class:`HostContext` and runs the program. Paths are the
 container's (host directories arrive through hostPath mounts, under ``HOST_ROOT``, default ``/host``
 for the host's root as upstream operands mount it), the GPU backend is opened once (NVML when the
-driver is there), and the Node is read and patched with lightkube using the pod's service account.
+driver is there), and the Node is read and patched through ``kube.nodeaccess`` with the pod's service account.
 """
 
 from __future__ import annotations
@@ -17,44 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from gpu_operator.gpu.backend import GpuBackend
+from gpu_operator.kube.nodeaccess import LightkubeNode
 
 PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-FIELD_MANAGER = "gpu-operator-agent"
-
-
-class LightkubeNode:
-    """NodeAccess over the in-cluster API (lightkube, imported lazily: only real nodes need it)."""
-
-    def __init__(self, *, name: str, client: Any = None) -> None:
-        self.name = name
-        self._client: Any = client  # an AsyncClient; made from the pod's service account when None
-
-    def _api(self) -> Any:
-        if self._client is None:
-            from lightkube import AsyncClient  # noqa: PLC0415 - only on real nodes
-
-            self._client = AsyncClient(field_manager=FIELD_MANAGER)
-        return self._client
-
-    async def labels(self) -> dict[str, str]:
-        from lightkube.resources.core_v1 import Node  # noqa: PLC0415
-
-        node = await self._api().get(Node, self.name)
-        return dict(node.metadata.labels or {})
-
-    async def patch_labels(self, changes: Mapping[str, str | None]) -> None:
-        from lightkube.resources.core_v1 import Node  # noqa: PLC0415
-
-        # A merge patch: null removes a label, other labels on the node stay untouched.
-        await self._api().patch(Node, self.name, {"metadata": {"labels": dict(changes)}})
-
-    async def apply_node_feature(self, body: Mapping[str, Any]) -> None:
-        """Server-side apply of GFD's NFD NodeFeature object."""
-        from lightkube import codecs  # noqa: PLC0415
-        from lightkube.generic_resource import create_namespaced_resource  # noqa: PLC0415
-
-        create_namespaced_resource("nfd.k8s-sigs.io", "v1alpha1", "NodeFeature", "nodefeatures")
-        await self._api().apply(codecs.from_dict(dict(body)), field_manager=FIELD_MANAGER, force=True)
 
 
 _MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
@@ -94,7 +59,7 @@ class HostContext:
     gpu: GpuBackend
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     node: LightkubeNode | None = None
-    cluster: Any = None  # a NodeCluster for the driver and MIG managers (drivermanager.kubeclients)
+    cluster: Any = None  # a NodeCluster for the driver and MIG managers (kube.nodecluster)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     ready: bool = False
 

@@ -10,11 +10,12 @@ import logging
 
 import click
 
-from gpu_operator.agents.drivermanager.kubeclients import LightkubeCluster
-from gpu_operator.agents.host import HostContext, LightkubeNode
+from gpu_operator.agents.host import HostContext
 from gpu_operator.agents.programs import PROGRAMS
 from gpu_operator.cli.logs import quiet_http_logs
 from gpu_operator.gpu import open_backend
+from gpu_operator.kube.nodeaccess import LightkubeNode
+from gpu_operator.kube.nodecluster import LightkubeCluster
 
 
 @click.command("agent", context_settings={"ignore_unknown_options": True})

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from lightkube import Client, codecs
 from rich.console import Console
 
 from gpu_operator.cli.demo_install import install_operator
@@ -43,10 +42,11 @@ from gpu_operator.cli.demo_workload import (
 from gpu_operator.cli.logs import HTTP_LOGGERS
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.kube.crds import install_crds
+from gpu_operator.kube.restclient import ClusterAccess
+from gpu_operator.kube.typed import Client, codecs
 from gpu_operator.localcluster.binaries import ALL_BINARIES, BinariesNotFoundError, KubeBinaries, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.apiclient import ClusterAccess
 from gpu_operator.sim.simulator import Simulator
 
 DEFAULT_NODES = "dgx-h100:2,a100-mig:1,pcie-l4:1,cpu-only:1"

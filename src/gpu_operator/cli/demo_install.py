@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import click
-from lightkube import Client
-from lightkube.resources.core_v1 import Pod
 from rich.console import Console
 
 from gpu_operator.cli.demo_operator import OPERATOR_NAMESPACE, OperatorThread
+from gpu_operator.kube.typed import Client, Pod
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.tools import ToolError
 

@@ -12,10 +12,7 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
-from lightkube import AsyncClient, Client, KubeConfig
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace
-
+from gpu_operator.kube.typed import AsyncClient, Client, KubeConfig, Namespace, ObjectMeta
 from gpu_operator.reconcile.operator import Operator
 from gpu_operator.render import OperatorSettings
 

@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-from lightkube import Client
-from lightkube.resources.core_v1 import Node, Pod
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from gpu_operator.kube.api import ClusterPolicyResource
+from gpu_operator.kube.typed import Client, Node, Pod
 from gpu_operator.sim.simulator import Simulator
 
 JSON = dict[str, Any]

@@ -23,18 +23,17 @@ import time
 from pathlib import Path
 
 import click
-import httpx
 import yaml
-from lightkube import Client, codecs
-from lightkube.resources.core_v1 import Node, Pod
 from rich.console import Console
 
 from gpu_operator.cli.demo_progress import gpu_resources, operand_pods
 from gpu_operator.cli.demo_real_upgrade import DRIVER_VALUES, NEW_VERSION, OLD_VERSION, driver_image, run_upgrade
 from gpu_operator.cli.demo_workload import EXPORTER_DAEMONSET, EXPORTER_PORT, UTIL_METRIC, switch_mig
 from gpu_operator.cli.status import gather, print_status
+from gpu_operator.kube.typed import Client, Node, Pod, codecs
 from gpu_operator.localcluster.binaries import ALL_BINARIES, BinariesNotFoundError, find_checkout_root, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster
+from gpu_operator.localcluster.health import fetch_text
 from gpu_operator.localcluster.nodes.binaries import locate_node_binaries
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.fakedriver.nodes import Shape, attach, node_setup
@@ -120,7 +119,7 @@ def _exporter(*, console: Console, client: Client) -> None:
         raise click.ClickException("no running exporter pod with an IP on real-node-1")
     url = f"http://{ip}:{EXPORTER_PORT}/metrics"
     console.print(f"  GET {url}")
-    lines = [x for x in httpx.get(url, timeout=5.0).text.splitlines() if x.startswith(UTIL_METRIC + "{")]
+    lines = [x for x in fetch_text(url).splitlines() if x.startswith(UTIL_METRIC + "{")]
     for line in lines[:3]:
         console.print(f"  {line}", highlight=False, soft_wrap=True)
     console.print(f"  … {len(lines)} GPUs")

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from lightkube import Client, codecs
-from lightkube.resources.core_v1 import Node, Pod
 from rich.console import Console
 
 from gpu_operator.agents.discovery.osrelease import os_labels
+from gpu_operator.kube.typed import Client, Node, Pod, codecs
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.render.facts import os_tag

@@ -21,10 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from lightkube import Client
-from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -34,6 +30,7 @@ from gpu_operator.cli import upgrade as upgrade_cli
 from gpu_operator.cli.status import gather, print_status
 from gpu_operator.gpu.backend import GpuNotFoundError
 from gpu_operator.kube.api import ClusterPolicyResource
+from gpu_operator.kube.typed import ApiError, Client, Node, PatchType, Pod
 from gpu_operator.sim.simulator import Simulator
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.collect import DRIVER_SELECTOR

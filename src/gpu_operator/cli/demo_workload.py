@@ -18,16 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-import httpx
-from lightkube import Client, codecs
-from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Node, Pod
 from rich.console import Console
 
 from gpu_operator.agents.deviceplugin.response import VISIBLE
 from gpu_operator.agents.migmanager.reconfigure import CONFIG_LABEL, STATE_LABEL
 from gpu_operator.cli.demo_progress import gpu_resources, operand_pods
+from gpu_operator.kube.typed import ApiError, Client, Node, Pod, codecs
 from gpu_operator.kubelet.allocation import ContainerAllocation
+from gpu_operator.localcluster.health import FETCH_ERRORS, fetch_text
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.context import ProgramContext
 from gpu_operator.sim.volumes import loopback_for
@@ -126,7 +124,7 @@ def exporter_url(*, client: Client, namespace: str, node: str) -> str:
 
 
 def exporter_lines(*, url: str, metric: str = UTIL_METRIC) -> list[str]:
-    text = httpx.get(url, timeout=5.0).text
+    text = fetch_text(url)
     return [line for line in text.splitlines() if line.startswith(metric + "{")]
 
 
@@ -144,7 +142,7 @@ def wait_busy_lines(*, url: str, uuids: list[str], pod: str, timeout: float = 45
         return lines if len(hits) == len(uuids) else None
 
     return wait_for(
-        busy, timeout=timeout, interval=1.0, describe=f"exporter shows load on {uuids}", retry_on=(httpx.HTTPError,)
+        busy, timeout=timeout, interval=1.0, describe=f"exporter shows load on {uuids}", retry_on=FETCH_ERRORS
     )
 
 

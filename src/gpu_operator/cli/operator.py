@@ -30,7 +30,7 @@ def operator_command(
     namespace: str, leader_elect: bool, metrics_bind_address: str, health_probe_bind_address: str, log_level: str
 ) -> None:
     """Reconcile ClusterPolicies into operands until SIGTERM."""
-    from lightkube import AsyncClient  # noqa: PLC0415 - keep other commands light
+    from gpu_operator.kube.connect import async_client  # noqa: PLC0415 - keep other commands light
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if log_level != "debug":
@@ -41,7 +41,7 @@ def operator_command(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        client = AsyncClient(field_manager="gpu-operator")
+        client = async_client()
         pod_name, pod_uid = os.environ.get("POD_NAME"), os.environ.get("POD_UID")
         op = Operator(
             client=client,

@@ -22,10 +22,10 @@ from rich.table import Table
 from gpu_operator.cli.fakedriver import fake_driver_group
 from gpu_operator.cli.logs import quiet_http_logs
 from gpu_operator.gpu.catalog import NODE_PROFILES
+from gpu_operator.kube.restclient import ClusterAccess
 from gpu_operator.localcluster.state import default_state_dir as cluster_state_dir
 from gpu_operator.localcluster.state import live_state, process_start_time
 from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.apiclient import ClusterAccess
 from gpu_operator.sim.control import (
     SOCKET_FILE,
     STATE_FILE,

@@ -21,16 +21,15 @@ from gpu_operator.reconcile.explain import NodeReport, disabled_steps, explain_n
 
 
 def _client(kubeconfig: str | None) -> Any:
-    from lightkube import Client, KubeConfig  # noqa: PLC0415 - keep other commands light
+    from gpu_operator.kube.connect import sync_client  # noqa: PLC0415 - keep other commands light
 
-    return Client(config=KubeConfig.from_file(kubeconfig)) if kubeconfig else Client()
+    return sync_client(kubeconfig=kubeconfig)
 
 
 def _warnings(client: Any, *, namespace: str, node: str) -> list[dict[str, Any]]:
     """Warning events about ``node`` (any namespace: agents and the controller record them in default)
     and about the pods of the operator namespace; none when this user may not list events."""
-    from lightkube import ApiError  # noqa: PLC0415
-    from lightkube.resources.core_v1 import Event  # noqa: PLC0415
+    from gpu_operator.kube.typed import ApiError, Event  # noqa: PLC0415
 
     about_node = {"involvedObject.kind": "Node", "involvedObject.name": node, "type": "Warning"}
     try:
@@ -45,9 +44,8 @@ def gather(
     *, kubeconfig: str | None, namespace: str | None, node_name: str | None = None
 ) -> tuple[list[dict[str, Any]], list[NodeReport]]:
     """ClusterPolicies (as dicts) and one report per GPU node; with ``node_name``, with its Warning events."""
-    from lightkube.resources.core_v1 import Node, Pod  # noqa: PLC0415
-
     from gpu_operator.kube.api import ClusterPolicyResource  # noqa: PLC0415
+    from gpu_operator.kube.typed import Node, Pod  # noqa: PLC0415
 
     client = _client(kubeconfig)
     try:
@@ -86,7 +84,7 @@ def _node_of(pod: dict[str, Any]) -> str:
 def _last_lines(client: Any, *, namespace: str, pods: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
     """The last log line of each running init container (a validator's wait says what it waits on);
     none for a user who may not read pod logs."""
-    from lightkube import ApiError  # noqa: PLC0415
+    from gpu_operator.kube.typed import ApiError  # noqa: PLC0415
 
     found: dict[tuple[str, str], str] = {}
     wanted = [(p["metadata"]["name"], c) for p in pods for c in running_init_containers(p)]

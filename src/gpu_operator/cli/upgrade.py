@@ -92,12 +92,10 @@ def print_preview(console: Console, result: Preview, proposal: Proposal) -> None
 
 
 async def fetch_proposal(*, kubeconfig: str | None, namespace: str, policy: dict[str, Any] | None) -> Proposal:
-    from lightkube import AsyncClient, KubeConfig  # noqa: PLC0415 - keep other commands light
+    from gpu_operator.kube.api import Kube  # noqa: PLC0415 - keep other commands light
+    from gpu_operator.kube.connect import async_client  # noqa: PLC0415
 
-    from gpu_operator.kube.api import Kube  # noqa: PLC0415
-
-    config = KubeConfig.from_file(kubeconfig) if kubeconfig else None
-    client = AsyncClient(config=config) if config else AsyncClient()
+    client = async_client(kubeconfig=kubeconfig, field_manager=None)
     try:
         return await build_proposal(Kube(client), namespace=namespace, policy_doc=policy)
     finally:

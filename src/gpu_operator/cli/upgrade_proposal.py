@@ -16,11 +16,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightkube import ApiError, codecs
-
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.kube.api import JSON, Kube, strip
+from gpu_operator.kube.typed import ApiError, codecs
 from gpu_operator.reconcile.clusterpolicy import gather_facts
 from gpu_operator.render import OperatorSettings, render
 from gpu_operator.render.meta import with_owner

@@ -12,7 +12,6 @@ kinds the operator caches are answered by its informers (``kube.informer``) inst
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -24,6 +23,7 @@ from lightkube.generic_resource import create_global_resource, create_namespaced
 from lightkube.types import PatchType
 
 from gpu_operator.kube.informer import Informer
+from gpu_operator.kube.objects import Eviction, event_body, eviction_body, eviction_outcome
 
 JSON = dict[str, Any]
 FIELD_MANAGER = "gpu-operator"
@@ -155,29 +155,36 @@ class Kube:
         self, *, involved: Mapping[str, Any], reason: str, message: str, warning: bool = False, namespace: str
     ) -> None:
         """Record a Kubernetes Event about ``involved`` (shown by ``kubectl describe``)."""
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        meta = involved["metadata"]
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": involved["apiVersion"],
-                "kind": involved["kind"],
-                "name": meta["name"],
-                "uid": meta.get("uid", ""),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": self.field_manager},
-            "reportingComponent": self.field_manager,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        body = event_body(
+            involved=involved, reason=reason, message=message, warning=warning, namespace=namespace,
+            component=self.field_manager,
+        )  # fmt: skip
         self.requests += 1
         await self.client.create(codecs.from_dict(body))
+
+    async def patch(
+        self, api_version: str, kind: str, name: str, body: Mapping[str, Any], *, namespace: str | None = None
+    ) -> None:
+        """A merge patch (what a Node's labels, annotations and cordon change with, in one request)."""
+        self.requests += 1
+        res = resource(api_version, kind)
+        if namespace:
+            await self.client.patch(res, name, dict(body), namespace=namespace, patch_type=PatchType.MERGE)
+        else:
+            await self.client.patch(res, name, dict(body), patch_type=PatchType.MERGE)
+
+    async def evict(self, *, namespace: str, name: str) -> Eviction:
+        """Ask the Eviction API to evict a pod; PodDisruptionBudgets apply (then BLOCKED)."""
+        self.requests += 1
+        body = eviction_body(namespace=namespace, name=name)
+        try:
+            await self.client.create(resource("v1", "Pod").Eviction.from_dict(body), name=name, namespace=namespace)
+        except ApiError as error:
+            outcome = eviction_outcome(error.status.code or 0)
+            if outcome is None:
+                raise
+            return outcome
+        return Eviction.EVICTED
 
     async def crd_exists(self, name: str) -> bool:
         return await self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) is not None

@@ -196,6 +196,16 @@ async def _until_stopped(work: Awaitable[Any], *, stop: asyncio.Event, timeout: 
         await asyncio.gather(task, return_exceptions=True)
 
 
+def watching(client: AsyncClient, api_version: str, kind: str, **options: Any) -> Informer:
+    """An informer of ``apiVersion``/``kind`` (a kind lightkube knows, or a custom resource registered
+    by ``kube.api``); ``options`` are :class:`Informer`'s fields."""
+    from lightkube.codecs import resource_registry  # noqa: PLC0415
+
+    from gpu_operator.kube import api  # noqa: F401, PLC0415 - it registers the custom kinds; it imports us
+
+    return Informer(client, resource_registry.load(api_version, kind), api_version, kind, **options)
+
+
 async def wait_synced(informers: Sequence[Informer], *, stop: asyncio.Event, timeout: float) -> bool:
     """Wait until every informer has listed once (or ``stop``, or ``timeout``); False if some have not.
 

@@ -78,3 +78,14 @@ def node_is_ready(name: str, *, client: httpx.Client) -> bool:
         return False
     conditions = response.json().get("status", {}).get("conditions", [])
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+#: What :func:`fetch_text` raises when the endpoint is not reachable (yet).
+FETCH_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
+
+
+def fetch_text(url: str, *, timeout: float = 5.0) -> str:
+    """The body of a plain-HTTP GET (a pod's /metrics on a local node); raises one of FETCH_ERRORS."""
+    response = httpx.get(url, timeout=timeout, trust_env=False)
+    response.raise_for_status()
+    return response.text

@@ -25,12 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import ControllerRevision, DaemonSet
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Secret
-
-from gpu_operator.kube.api import ClusterPolicyResource, NVIDIADriverResource
-from gpu_operator.kube.informer import JSON, Informer
+from gpu_operator.kube.informer import JSON, Informer, watching
 from gpu_operator.kube.slim import slim_metadata, slim_node, slim_pod
 from gpu_operator.upgrade.collect import DRIVER_SELECTOR, VALIDATOR_SELECTOR
 from gpu_operator.upgrade.model import KEY_PREFIX
@@ -49,7 +44,7 @@ def reconciler_view(node: JSON | None) -> tuple[Any, ...] | None:
 
 
 def operator_informers(
-    client: AsyncClient, *, namespace: str, wake_all: Wake, wake_reconciler: Wake, wake_upgrade: Wake
+    client: Any, *, namespace: str, wake_all: Wake, wake_reconciler: Wake, wake_upgrade: Wake
 ) -> tuple[Informer, ...]:
     """The informers of an operator in ``namespace``, each telling the right keys about its changes."""
 
@@ -68,22 +63,17 @@ def operator_informers(
         else:
             wake_upgrade()
 
-    driver_pods = Informer(
-        client, Pod, "v1", "Pod", namespace=namespace, labels=DRIVER_SELECTOR, transform=slim_pod, on_change=upgrades
-    )
-    validator_pods = Informer(
-        client, Pod, "v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR, transform=slim_pod, on_change=upgrades
-    )
     return (
-        Informer(client, ClusterPolicyResource, "nvidia.com/v1", "ClusterPolicy", on_change=everyone),
-        Informer(client, NVIDIADriverResource, "nvidia.com/v1alpha1", "NVIDIADriver", on_change=everyone),
-        Informer(client, Node, "v1", "Node", transform=slim_node, on_change=node_changed),
-        Informer(client, DaemonSet, "apps/v1", "DaemonSet", namespace=namespace, on_change=everyone),
-        Informer(client, ConfigMap, "v1", "ConfigMap", namespace=namespace, transform=slim_metadata,
-                 on_change=reconciler),
-        Informer(client, Secret, "v1", "Secret", namespace=namespace, transform=slim_metadata, on_change=reconciler),
-        Informer(client, ControllerRevision, "apps/v1", "ControllerRevision", namespace=namespace,
-                 labels=DRIVER_SELECTOR, on_change=upgrades),
-        driver_pods,
-        validator_pods,
+        watching(client, "nvidia.com/v1", "ClusterPolicy", on_change=everyone),
+        watching(client, "nvidia.com/v1alpha1", "NVIDIADriver", on_change=everyone),
+        watching(client, "v1", "Node", transform=slim_node, on_change=node_changed),
+        watching(client, "apps/v1", "DaemonSet", namespace=namespace, on_change=everyone),
+        watching(client, "v1", "ConfigMap", namespace=namespace, transform=slim_metadata, on_change=reconciler),
+        watching(client, "v1", "Secret", namespace=namespace, transform=slim_metadata, on_change=reconciler),
+        watching(client, "apps/v1", "ControllerRevision", namespace=namespace, labels=DRIVER_SELECTOR,
+                 on_change=upgrades),
+        watching(client, "v1", "Pod", namespace=namespace, labels=DRIVER_SELECTOR, transform=slim_pod,
+                 on_change=upgrades),
+        watching(client, "v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR, transform=slim_pod,
+                 on_change=upgrades),
     )  # fmt: skip

@@ -22,11 +22,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from lightkube import AsyncClient
-
 from gpu_operator.kube.api import Kube
 from gpu_operator.kube.informer import RETRY_SECONDS as INFORMER_RETRY_SECONDS
 from gpu_operator.kube.informer import wait_synced
+from gpu_operator.kube.typed import AsyncClient
 from gpu_operator.reconcile.caches import operator_informers
 from gpu_operator.reconcile.clusterpolicy import Outcome, reconcile_once
 from gpu_operator.render import OperatorSettings
@@ -59,7 +58,7 @@ RECONCILE, UPGRADE, LEASE = "reconcile", "driver-upgrade", "lease"
 class Operator:
     """Runs :func:`reconcile_once` and :func:`upgrade_pass` whenever something may have changed, while leading."""
 
-    client: AsyncClient
+    client: AsyncClient  # lightkube's, from kube.connect
     namespace: str
     settings: OperatorSettings
     on_outcome: Callable[[Outcome], Awaitable[None]] | None = None

@@ -7,7 +7,7 @@ registry), with the device-plugin and PodResources gRPC APIs served on each node
 (XID, lost GPU, kubelet restart, NotReady, agent crash) are injected from Python or ``gpu-operator sim
 fault``. One event loop in one process serves every node, so a thousand nodes fit on a laptop.
 
-Modules, bottom up: ``apiclient`` (async REST over one connection pool), ``objects`` and ``shapes`` (the
+Modules, bottom up (the REST client over one connection pool is ``kube.restclient``): ``objects`` and ``shapes`` (the
 Node/Lease JSON, node specs), ``heartbeat``, ``programs``/``context``/``launcher`` (what runs in a
 container), ``podspec``/``podstatus``/``volumes`` (the kubelet's reading of pods and its status reports),
 ``devices`` and ``gpuplugin`` (device manager, the simulator's own GPU plugin), ``host``, ``runtime`` (one

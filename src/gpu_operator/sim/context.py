@@ -28,8 +28,8 @@ from typing import Any
 
 from gpu_operator.agents.drivermanager.cluster import NodeCluster
 from gpu_operator.gpu.backend import GpuBackend
+from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.kubelet.allocation import ContainerAllocation
-from gpu_operator.sim.apiclient import ApiClient, ApiError
 
 
 class InjectedCrashError(RuntimeError):

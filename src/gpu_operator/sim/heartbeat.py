@@ -57,7 +57,7 @@ class HeartbeatStats:
 
 
 class Patcher(Protocol):
-    """The one call the heartbeat makes (:meth:`gpu_operator.sim.apiclient.ApiClient.patch`)."""
+    """The one call the heartbeat makes (:meth:`gpu_operator.kube.restclient.ApiClient.patch`)."""
 
     async def patch(self, path: str, body: Any, *, kind: str = "merge", want: bool = False) -> dict[str, Any]: ...
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Protocol
 
 from gpu_operator.gpu.backend import GpuBackend
+from gpu_operator.kube.restclient import ApiClient
 from gpu_operator.kubelet.paths import KubeletDirs
-from gpu_operator.sim.apiclient import ApiClient
 from gpu_operator.sim.devices import DeviceManager
 from gpu_operator.sim.heartbeat import Heartbeat
 from gpu_operator.sim.programs import ProgramRegistry

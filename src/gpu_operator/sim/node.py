@@ -22,8 +22,8 @@ from gpu_operator.gpu.backend import GpuBackend
 from gpu_operator.gpu.catalog import NodeProfile
 from gpu_operator.gpu.null import NullBackend
 from gpu_operator.gpu.simulated import SimulatedBackend
+from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.kubelet.paths import KubeletDirs
-from gpu_operator.sim.apiclient import ApiClient, ApiError
 from gpu_operator.sim.devices import DeviceManager
 from gpu_operator.sim.gpuplugin import SimGpuPlugin
 from gpu_operator.sim.heartbeat import Beat, now_utc

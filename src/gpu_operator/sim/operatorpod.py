@@ -26,10 +26,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from lightkube import AsyncClient, KubeConfig
-from lightkube.config.models import Cluster, User
-
+from gpu_operator.kube.connect import async_client, service_account_config
 from gpu_operator.reconcile.clusterpolicy import Outcome
 from gpu_operator.reconcile.endpoints import OperatorMetrics, serve
 from gpu_operator.reconcile.operator import Operator
@@ -91,7 +90,7 @@ def pod_address(address: str, *, env: Mapping[str, str]) -> str:
     return f"{host}:{port}"
 
 
-def in_cluster_config(ctx: ProgramContext) -> KubeConfig:
+def in_cluster_config(ctx: ProgramContext) -> Any:
     """The pod's in-cluster configuration: what lightkube's ``from_service_account`` reads, but from the
     container's environment and mounts rather than this process's."""
     account = ctx.path(SERVICE_ACCOUNT_DIR)
@@ -103,12 +102,7 @@ def in_cluster_config(ctx: ProgramContext) -> KubeConfig:
         raise ProgramExit(1, f"no service account token and CA under {SERVICE_ACCOUNT_DIR} (automount disabled?)")
     namespace_file = account / "namespace"
     namespace = namespace_file.read_text(encoding="utf-8").strip() if namespace_file.is_file() else ctx.namespace
-    # token_file, not token: lightkube re-reads it after a 401, as client-go does when the kubelet rotates it.
-    return KubeConfig.from_one(
-        cluster=Cluster(server=f"https://{host}:{port}", certificate_auth=str(ca)),
-        user=User(token_file=str(token)),
-        namespace=namespace,
-    )
+    return service_account_config(server=f"https://{host}:{port}", ca_file=ca, token_file=token, namespace=namespace)
 
 
 async def _serve_endpoints(
@@ -136,7 +130,7 @@ async def operator_program(ctx: ProgramContext) -> None:
     flags = parse_flags(argv=ctx.argv, env=ctx.env)
     config = in_cluster_config(ctx)
     ready, stop = asyncio.Event(), asyncio.Event()
-    client = AsyncClient(config=config, field_manager=FIELD_MANAGER)
+    client = async_client(config=config, field_manager=FIELD_MANAGER)
     operator = Operator(client=client, namespace=flags.namespace, settings=OperatorSettings.from_env(ctx.env))
     metrics = OperatorMetrics(loops=operator.metric_lines)
     servers = await _serve_endpoints(

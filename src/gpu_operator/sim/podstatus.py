@@ -15,9 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
-from gpu_operator.sim.apiclient import ApiClient, ApiError
+from gpu_operator.kube.restclient import REQUEST_ERRORS, ApiClient, ApiError
 from gpu_operator.sim.objects import time_text
 
 JSON = dict[str, Any]
@@ -205,7 +203,7 @@ class StatusWriter:
             try:
                 await self._api.patch(self._path, {"status": body})
                 self._last = body
-            except (ApiError, httpx.HTTPError) as error:
+            except REQUEST_ERRORS as error:
                 # A timeout must not end the writer: the pod would never report again.
                 if isinstance(error, ApiError) and error.code == 404:  # the pod is gone
                     return

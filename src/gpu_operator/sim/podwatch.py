@@ -18,9 +18,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import httpx
-
-from gpu_operator.sim.apiclient import ApiClient, ApiError
+from gpu_operator.kube.restclient import REQUEST_ERRORS, ApiClient, ApiError
 from gpu_operator.sim.host import SimCore
 from gpu_operator.sim.node import SimNode
 from gpu_operator.sim.runtime import PodWorker
@@ -56,7 +54,7 @@ class PodWatch:
                     version = await self._watch(version)
             except _GoneError:
                 log.info("pod watch: resourceVersion expired, relisting")
-            except (httpx.HTTPError, ApiError) as error:
+            except REQUEST_ERRORS as error:
                 log.warning("pod watch failed (%s); relisting in 1 s", error)
                 await asyncio.sleep(1.0)
 

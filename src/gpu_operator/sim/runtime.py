@@ -16,8 +16,8 @@ import logging
 import shutil
 from typing import Any
 
+from gpu_operator.kube.restclient import ApiError
 from gpu_operator.kubelet.plugin_client import DevicePluginError
-from gpu_operator.sim.apiclient import ApiError
 from gpu_operator.sim.context import ProgramContext, Signals
 from gpu_operator.sim.devices import AdmissionError
 from gpu_operator.sim.heartbeat import now_utc

@@ -27,8 +27,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from gpu_operator.gpu.catalog import node_profile
+from gpu_operator.kube.restclient import ApiClient, ClusterAccess
 from gpu_operator.sim import control, faults
-from gpu_operator.sim.apiclient import ApiClient, ClusterAccess
 from gpu_operator.sim.heartbeat import LEASE_INTERVAL, STATUS_INTERVAL, Heartbeat
 from gpu_operator.sim.host import RuntimeOptions, SimCore
 from gpu_operator.sim.node import NodeOptions, SimNode

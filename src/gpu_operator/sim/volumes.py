@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_operator.agents.drivermanager.kubeclients import RestCluster
+from gpu_operator.kube.nodecluster import RestCluster
+from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.kubelet.allocation import ContainerAllocation
-from gpu_operator.sim.apiclient import ApiClient, ApiError
 from gpu_operator.sim.context import NodeLabels, ProgramContext, Signals
 from gpu_operator.sim.host import PodHost
 from gpu_operator.sim.podspec import (

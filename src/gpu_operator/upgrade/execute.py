@@ -17,12 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightkube import ApiError
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
-
 from gpu_operator.kube.api import Kube
+from gpu_operator.kube.objects import Eviction, node_patch_body
 from gpu_operator.upgrade.model import EVENT_REASON
 from gpu_operator.upgrade.plan import Plan
 from gpu_operator.upgrade.steps import Step
@@ -44,30 +40,7 @@ class Applied:
 
 
 def node_patch(step: Step) -> dict[str, Any]:
-    body: dict[str, Any] = {}
-    if step.labels:
-        body.setdefault("metadata", {})["labels"] = dict(step.labels)
-    if step.annotations:
-        body.setdefault("metadata", {})["annotations"] = dict(step.annotations)
-    if step.unschedulable is not None:
-        body["spec"] = {"unschedulable": step.unschedulable}
-    return body
-
-
-async def _evict(kube: Kube, key: str) -> str:
-    namespace, name = key.split("/", 1)
-    kube.requests += 1
-    try:
-        await kube.client.create(
-            Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace)), name=name, namespace=namespace
-        )
-    except ApiError as error:
-        if error.status.code == 429:
-            return "blocked"
-        if error.status.code == 404:
-            return "gone"
-        raise
-    return "evicted"
+    return node_patch_body(labels=step.labels, annotations=step.annotations, unschedulable=step.unschedulable)
 
 
 async def _event(kube: Kube, step: Step) -> None:
@@ -82,14 +55,14 @@ async def _event(kube: Kube, step: Step) -> None:
 async def apply_step(kube: Kube, step: Step, applied: Applied) -> None:
     body = node_patch(step)
     if body:
-        kube.requests += 1
-        await kube.client.patch(Node, step.node, body, patch_type=PatchType.MERGE)
+        await kube.patch("v1", "Node", step.node, body)
         applied.patched += 1
     for key in step.evict:
-        outcome = await _evict(kube, key)
-        if outcome == "blocked":
+        namespace, name = key.split("/", 1)
+        outcome = await kube.evict(namespace=namespace, name=name)
+        if outcome is Eviction.BLOCKED:
             applied.blocked.append(key)
-        elif outcome == "evicted":
+        elif outcome is Eviction.EVICTED:
             applied.evicted += 1
     if step.delete_driver:
         namespace, name = step.delete_driver.split("/", 1)
@@ -112,7 +85,7 @@ async def execute(kube: Kube, plan: Plan | Sequence[Step]) -> Applied:
         async with limit:
             try:
                 await apply_step(kube, step, applied)
-            except (ApiError, OSError) as error:
+            except Exception as error:  # one node's failure (API, network) must not stop the others' steps
                 log.warning("driver upgrade of node %s: %s", step.node, error)
                 applied.errors.append(f"{step.node}: {error}")
 

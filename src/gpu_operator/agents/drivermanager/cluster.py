@@ -3,46 +3,20 @@
 Pods on this node (to find GPU pods and wait for operand pods to go), the Eviction API (which answers
 429 while a PodDisruptionBudget forbids the disruption), deletion, the Node's annotations and
 ``spec.unschedulable`` (cordon), and Events. The agent context provides it as ``ctx.cluster``
-(:func:`cluster_of`). Implementations: ``kubeclients.LightkubeCluster`` (lightkube, for real nodes) and
-``kubeclients.RestCluster`` (any JSON REST client such as the simulator's); a test fake will do too.
+(:func:`cluster_of`). Implementations: ``kube.nodecluster.LightkubeCluster`` (lightkube, for real
+nodes) and ``kube.nodecluster.RestCluster`` (the simulator's REST client); a test fake will do too. The
+pod and node views are ``kube.podview``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Protocol
+from typing import Protocol
 
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.kube.podview import Eviction, NodeInfo, PodInfo, pod_info
 
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
-
-
-class Eviction(Enum):
-    EVICTED = "evicted"
-    BLOCKED = "blocked"  # 429: a PodDisruptionBudget does not allow it now
-    GONE = "gone"
-
-
-@dataclass(frozen=True, kw_only=True)
-class PodInfo:
-    namespace: str
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    phase: str = "Running"
-    owner_kind: str = ""  # kind of the controller owning the pod ("DaemonSet", "ReplicaSet", ...)
-    gpu: bool = False  # a container requests or limits nvidia.com/gpu* or nvidia.com/mig-*
-    deleting: bool = False
-    empty_dir: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class NodeInfo:
-    labels: Mapping[str, str]
-    annotations: Mapping[str, str]
-    unschedulable: bool
-
+__all__ = ["Eviction", "NodeCluster", "NodeInfo", "PodInfo", "cluster_of", "pod_info"]
 
 class NodeCluster(Protocol):
     """This node's view of the cluster API."""
@@ -78,24 +52,3 @@ def cluster_of(ctx: AgentContext) -> NodeCluster | None:
     """``ctx.cluster`` when the context provides one (real nodes and simulated nodes do)."""
     found: NodeCluster | None = getattr(ctx, "cluster", None)
     return found
-
-
-def pod_info(pod: Mapping[str, Any]) -> PodInfo:
-    """A PodInfo from a pod's JSON (as the API returns it)."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
-    gpu = False
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        resources = container.get("resources") or {}
-        names = [*(resources.get("limits") or {}), *(resources.get("requests") or {})]
-        gpu = gpu or any(n.startswith(GPU_RESOURCE_PREFIXES) for n in names)
-    return PodInfo(
-        namespace=meta.get("namespace", ""),
-        name=meta.get("name", ""),
-        labels=dict(meta.get("labels") or {}),
-        phase=(pod.get("status") or {}).get("phase", ""),
-        owner_kind=owners[0].get("kind", "") if owners else "",
-        gpu=gpu,
-        deleting=bool(meta.get("deletionTimestamp")),
-        empty_dir=any("emptyDir" in v for v in spec.get("volumes") or []),
-    )

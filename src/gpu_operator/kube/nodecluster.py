@@ -1,4 +1,4 @@
-"""Two implementations of :class:`~gpu_operator.agents.drivermanager.cluster.NodeCluster`.
+"""Two implementations of the node agents' cluster access (``agents.drivermanager.cluster.NodeCluster``).
 
 :class:`LightkubeCluster` uses lightkube's async client (the in-cluster service account on a real node;
 imported lazily, so importing this module costs nothing). :class:`RestCluster` speaks plain JSON over
@@ -10,20 +10,41 @@ Both select pods with the ``spec.nodeName`` field selector: an agent never lists
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from gpu_operator.agents.drivermanager.cluster import Eviction, NodeInfo, PodInfo, pod_info
+from gpu_operator.kube.objects import event_body, eviction_body, eviction_outcome, node_patch_body
+from gpu_operator.kube.podview import Eviction, NodeInfo, PodInfo, pod_info
 
 JSON = dict[str, Any]
+
+
+_NODE = {"apiVersion": "v1", "kind": "Node"}
+EVENT_NAMESPACE = "default"  # Node events live there, where `kubectl describe node` finds them
+AGENT = "gpu-operator-agent"
+
+
+def _node_event(node_name: str, *, reason: str, message: str, warning: bool) -> JSON:
+    return event_body(
+        involved={**_NODE, "metadata": {"name": node_name}}, reason=reason, message=message, warning=warning,
+        component=AGENT, host=node_name, namespace=EVENT_NAMESPACE,
+    )  # fmt: skip
+
+
+def _node_info(obj: Mapping[str, Any]) -> NodeInfo:
+    meta = obj.get("metadata") or {}
+    return NodeInfo(
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
+    )
 
 
 class LightkubeCluster:
     """NodeCluster over the in-cluster API with lightkube (imported lazily: only real nodes need it)."""
 
-    def __init__(self, *, node_name: str, client: Any = None, field_manager: str = "gpu-operator-agent") -> None:
+    def __init__(self, *, node_name: str, client: Any = None, field_manager: str = AGENT) -> None:
         self.node_name = node_name
         self._client = client
         self._field_manager = field_manager
@@ -38,12 +59,7 @@ class LightkubeCluster:
     async def node(self) -> NodeInfo:
         from lightkube.resources.core_v1 import Node  # noqa: PLC0415
 
-        obj = await self._api().get(Node, self.node_name)
-        meta = obj.metadata
-        unschedulable = bool(obj.spec.unschedulable) if obj.spec is not None else False
-        return NodeInfo(
-            labels=dict(meta.labels or {}), annotations=dict(meta.annotations or {}), unschedulable=unschedulable
-        )
+        return _node_info((await self._api().get(Node, self.node_name)).to_dict())
 
     async def patch_node(
         self,
@@ -55,13 +71,7 @@ class LightkubeCluster:
         from lightkube.resources.core_v1 import Node  # noqa: PLC0415
         from lightkube.types import PatchType  # noqa: PLC0415
 
-        body: dict[str, Any] = {}
-        if labels:
-            body.setdefault("metadata", {})["labels"] = dict(labels)
-        if annotations:
-            body.setdefault("metadata", {})["annotations"] = dict(annotations)
-        if unschedulable is not None:
-            body["spec"] = {"unschedulable": unschedulable}
+        body = node_patch_body(labels=labels, annotations=annotations, unschedulable=unschedulable)
         if body:
             await self._api().patch(Node, self.node_name, body, patch_type=PatchType.MERGE)
 
@@ -74,18 +84,16 @@ class LightkubeCluster:
 
     async def evict(self, *, namespace: str, name: str) -> Eviction:
         from lightkube import ApiError  # noqa: PLC0415
-        from lightkube.models.meta_v1 import ObjectMeta  # noqa: PLC0415
         from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
 
-        eviction = Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace))
+        eviction = Pod.Eviction.from_dict(eviction_body(namespace=namespace, name=name))
         try:
             await self._api().create(eviction, name=name, namespace=namespace)
         except ApiError as error:
-            if error.status.code == 429:
-                return Eviction.BLOCKED
-            if error.status.code == 404:
-                return Eviction.GONE
-            raise
+            outcome = eviction_outcome(error.status.code or 0)
+            if outcome is None:
+                raise
+            return outcome
         return Eviction.EVICTED
 
     async def delete_pod(self, *, namespace: str, name: str, grace_seconds: int | None = None) -> None:
@@ -99,26 +107,12 @@ class LightkubeCluster:
                 raise
 
     async def event(self, *, reason: str, message: str, warning: bool = False) -> None:
-        from lightkube import ApiError  # noqa: PLC0415
-        from lightkube.models.core_v1 import EventSource, ObjectReference  # noqa: PLC0415
-        from lightkube.models.meta_v1 import ObjectMeta  # noqa: PLC0415
-        from lightkube.resources.core_v1 import Event  # noqa: PLC0415
+        from lightkube import codecs  # noqa: PLC0415
 
-        now = dt.datetime.now(dt.UTC)
-        event = Event(
-            metadata=ObjectMeta(generateName=f"{self.node_name}.", namespace="default"),
-            involvedObject=ObjectReference(kind="Node", name=self.node_name, apiVersion="v1"),
-            reason=reason,
-            message=message[:1024],
-            type="Warning" if warning else "Normal",
-            source=EventSource(component="gpu-operator-agent", host=self.node_name),
-            firstTimestamp=now,
-            lastTimestamp=now,
-            count=1,
-        )
+        body = _node_event(self.node_name, reason=reason, message=message, warning=warning)
         # Events are a courtesy: the work never fails because one could not be recorded.
-        with contextlib.suppress(ApiError):
-            await self._api().create(event, namespace="default")
+        with contextlib.suppress(Exception):
+            await self._api().create(codecs.from_dict(body), namespace=EVENT_NAMESPACE)
 
 
 def _selector(selector: str | None) -> dict[str, Any] | None:
@@ -163,13 +157,7 @@ class RestCluster:
         return f"/api/v1/nodes/{quote(self.node_name)}"
 
     async def node(self) -> NodeInfo:
-        obj = await self.api.get(self._node_path)
-        meta = obj.get("metadata") or {}
-        return NodeInfo(
-            labels=dict(meta.get("labels") or {}),
-            annotations=dict(meta.get("annotations") or {}),
-            unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
-        )
+        return _node_info(await self.api.get(self._node_path))
 
     async def patch_node(
         self,
@@ -178,13 +166,7 @@ class RestCluster:
         annotations: Mapping[str, str | None] | None = None,
         unschedulable: bool | None = None,
     ) -> None:
-        body: JSON = {}
-        if labels:
-            body.setdefault("metadata", {})["labels"] = dict(labels)
-        if annotations:
-            body.setdefault("metadata", {})["annotations"] = dict(annotations)
-        if unschedulable is not None:
-            body["spec"] = {"unschedulable": unschedulable}
+        body = node_patch_body(labels=labels, annotations=annotations, unschedulable=unschedulable)
         if body:
             await self.api.patch(self._node_path, body, kind="merge")
 
@@ -196,35 +178,21 @@ class RestCluster:
         return [pod_info(item) for item in listing.get("items") or []]
 
     async def evict(self, *, namespace: str, name: str) -> Eviction:
-        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        body = eviction_body(namespace=namespace, name=name)
         try:
             await self.api.post(f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/eviction", body, want=False)
         except Exception as error:
-            if _status(error) == 429:
-                return Eviction.BLOCKED
-            if _status(error) == 404:
-                return Eviction.GONE
-            raise
+            outcome = eviction_outcome(_status(error) or 0)
+            if outcome is None:
+                raise
+            return outcome
         return Eviction.EVICTED
 
     async def delete_pod(self, *, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         await self.api.delete(f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}", grace_seconds=grace_seconds)
 
     async def event(self, *, reason: str, message: str, warning: bool = False) -> None:
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body: JSON = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{self.node_name}.", "namespace": "default"},
-            "involvedObject": {"kind": "Node", "name": self.node_name, "apiVersion": "v1"},
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": "gpu-operator-agent", "host": self.node_name},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        body = _node_event(self.node_name, reason=reason, message=message, warning=warning)
         # Events are a courtesy: the work never fails because one could not be recorded.
         with contextlib.suppress(Exception):
-            await self.api.post("/api/v1/namespaces/default/events", body, want=False)
+            await self.api.post(f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body, want=False)

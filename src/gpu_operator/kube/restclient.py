@@ -1,9 +1,10 @@
-"""A small async Kubernetes REST client for the simulator: JSON dicts over one pooled ``httpx.AsyncClient``.
+"""A small async Kubernetes REST client: JSON dicts over one pooled ``httpx.AsyncClient``.
 
-Why plain dicts rather than lightkube models: at a thousand nodes the simulator renews ~100 leases a second
-and reads every bound pod from a watch; it never needs the typed objects, and skipping model construction
-(and, for writes, even the response body) keeps its own CPU low. Credentials come from a kubeconfig file
-(client certificate, token or CA given inline or as files).
+The kube layer's second client, beside lightkube's (``kube.api``): the simulator and its node agents
+use it. Why plain dicts rather than lightkube models: at a thousand nodes the simulator renews ~100
+leases a second and reads every bound pod from a watch; it never needs the typed objects, and skipping
+model construction (and, for writes, even the response body) keeps its own CPU low. Credentials come
+from a kubeconfig file (client certificate, token or CA given inline or as files).
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ class ApiError(Exception):
         self.code = code
         self.reason = reason
         self.message = message
+
+
+#: What a request of this client can raise: an error status, or the transport failing (refused, timed out).
+REQUEST_ERRORS: tuple[type[Exception], ...] = (ApiError, httpx.HTTPError)
 
 
 def _data(entry: Mapping[str, Any], key: str, base: Path) -> bytes | None:
