@@ -18,10 +18,11 @@ from typing import Any, Protocol
 import click
 from rich.console import Console
 
-from gpu_operator.cli.demo_operator import OPERATOR_NAMESPACE, OperatorThread
+from gpu_operator.cli.demo_operator import OPERATOR_NAMESPACE, operator_thread
 from gpu_operator.kube.typed import Client, Pod
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.tools import ToolError
+from gpu_operator.reconcile.operator import OperatorThread
 
 RELEASE = "gpu-operator"
 #: The chart in a source checkout (src/gpu_operator/cli/ -> the repository root).
@@ -104,5 +105,5 @@ def install_operator(
         "  the operator runs in-process (--in-process); without it the demo installs it with "
         f"helm install {RELEASE} {CHART_SHOWN} and a simulated node runs its pod"
     )
-    with OperatorThread(kubeconfig=cluster.kubeconfig_path) as thread:
+    with operator_thread(kubeconfig=cluster.kubeconfig_path) as thread:
         yield _InProcess(thread)

@@ -21,8 +21,10 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gpu_operator.kube.api import Kube
+from gpu_operator.kube.connect import async_client
 from gpu_operator.kube.informer import RETRY_SECONDS as INFORMER_RETRY_SECONDS
 from gpu_operator.kube.informer import wait_synced
 from gpu_operator.kube.typed import AsyncClient
@@ -39,10 +41,19 @@ from gpu_operator.runtime.leader import (
 )
 from gpu_operator.runtime.loop import Loop, LoopStats, Result
 from gpu_operator.runtime.supervisor import Supervisor
+from gpu_operator.runtime.threads import LoopThread
 from gpu_operator.upgrade.controller import UpgradeOutcome, upgrade_pass
 from gpu_operator.upgrade.model import MAX_DRIVER_RESTARTS
 
-__all__ = ["LEASE_NAME", "LEASE_SECONDS", "RETRY_SECONDS", "LeaderElection", "Operator", "upgrade_pass"]
+__all__ = [
+    "LEASE_NAME",
+    "LEASE_SECONDS",
+    "RETRY_SECONDS",
+    "LeaderElection",
+    "Operator",
+    "OperatorThread",
+    "upgrade_pass",
+]
 
 log = logging.getLogger(__name__)
 IDLE_RESYNC = 60.0  # a safety net when nothing happens; events do the real work
@@ -164,3 +175,39 @@ class Operator:
         )
         self.upgrade_pass_seconds.append(time.monotonic() - begun)
         return Result(after=self.upgrades.requeue_after or None)
+
+
+class OperatorThread(LoopThread):
+    """The operator in a thread of this process, as in its own pod (the demo and the tests run it so):
+    a fresh client and :class:`Operator` per start, leader election on; ``operator`` is the running one."""
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: Path,
+        namespace: str,
+        max_driver_restarts: int | None = None,
+        settings: OperatorSettings | None = None,
+    ) -> None:
+        self.kubeconfig, self.namespace = kubeconfig, namespace
+        self.max_driver_restarts = max_driver_restarts
+        self.settings = settings or OperatorSettings()
+        self.operator: Operator | None = None
+        super().__init__(name="gpu-operator", main=self._operate)
+
+    async def _operate(self, stop: asyncio.Event) -> None:
+        client = async_client(kubeconfig=self.kubeconfig)
+        self.operator = Operator(client=client, namespace=self.namespace, settings=self.settings)
+        if self.max_driver_restarts is not None:
+            self.operator.max_driver_restarts = self.max_driver_restarts
+        try:
+            await self.operator.run(stop=stop, leader_election=True)
+        finally:
+            await client.close()
+
+    def restart(self) -> None:
+        """Stop this operator (releasing its Lease) and start a fresh one with no memory of the old."""
+        self.stop()
+        self.operator = None
+        self._fresh()
+        self.start()
