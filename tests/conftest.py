@@ -1,4 +1,10 @@
-"""Shared test helpers: repository paths. Tier fixtures live in each tier's conftest."""
+"""Shared test helpers: repository paths, and the tier of each test, chosen by its directory.
+
+Every test under ``tests/<tier>/`` gets the ``<tier>`` marker here (no file sets its own), so
+``pytest -m contract`` and ``pytest tests/contract`` select the same tests. Unit tests also get a
+2-second timeout unless they carry a ``timeout`` mark of their own; the socket ban of the unit tier
+lives in ``tests/unit/conftest.py``. Tier fixtures live in each tier's conftest.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,31 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
 SAMPLES = REPO / "deploy" / "samples"
-INVALID = REPO / "tests" / "data" / "invalid"
+INVALID = TESTS / "data" / "invalid"
+
+TIERS = ("unit", "golden", "contract", "integration", "e2e", "gpu")
+UNIT_TIMEOUT_S = 2
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of a test file: the name of its directory right under ``tests/`` (None elsewhere)."""
+    try:
+        top = path.resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return top if top in TIERS else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is None:
+            continue
+        item.add_marker(getattr(pytest.mark, tier))
+        if tier == "unit" and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))
 
 
 @pytest.fixture

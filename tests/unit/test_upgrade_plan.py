@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_operator.names.selectors import Selector, parse_selector
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import Budget, NodeView
 from gpu_operator.upgrade.plan import available_slots
-from gpu_operator.upgrade.selectors import Selector, parse_selector
 from tests.unit.upgrade_builders import NOW, after, applied, driver, knobs, node, pod, run
 
 pytestmark = pytest.mark.unit

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_operator.names.selectors import SelectorError, from_label_selector, parse_selector
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import Budget, Snapshot
 from gpu_operator.upgrade.preview import preview
-from gpu_operator.upgrade.selectors import SelectorError, from_label_selector, parse_selector
 from tests.unit.upgrade_builders import NOW, driver, knobs, node, pod
 
 pytestmark = pytest.mark.unit

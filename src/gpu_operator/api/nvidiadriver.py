@@ -32,8 +32,9 @@ from gpu_operator.api.components import (
     Probe,
     Rdma,
 )
+from gpu_operator.names import keys
 
-OWNER_LABEL = "nvidia.com/gpu-operator.driver.owner"
+OWNER_LABEL = keys.DRIVER_OWNER
 
 _IMMUTABLE = FieldRule(rules=(Rule(cel="self == oldSelf", message="is immutable"),))
 

@@ -20,11 +20,13 @@ from rich.text import Text
 
 from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.kube.typed import Client, Node, Pod
+from gpu_operator.names import keys
+from gpu_operator.names.objects import is_ready
 from gpu_operator.sim.simulator import Simulator
 
 JSON = dict[str, Any]
 VALIDATIONS = "run/nvidia/validations"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
+PRODUCT_LABEL = keys.GPU_PRODUCT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,8 +61,7 @@ class NodeRow:
 
 
 def _pod_ready(pod: JSON) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return is_ready(pod)
 
 
 def operand_pods(*, client: Client, namespace: str) -> dict[tuple[str, str], JSON]:

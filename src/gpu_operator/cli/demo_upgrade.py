@@ -31,6 +31,7 @@ from gpu_operator.cli.status import gather, print_status
 from gpu_operator.gpu.backend import GpuNotFoundError
 from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.kube.typed import ApiError, Client, Node, PatchType, Pod
+from gpu_operator.names.objects import is_ready
 from gpu_operator.sim.simulator import Simulator
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.collect import DRIVER_SELECTOR
@@ -102,8 +103,7 @@ def _env(pod: JSON, name: str) -> str:
 
 
 def _ready(pod: JSON) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return is_ready(pod)
 
 
 def _loaded(*, sim: Simulator, node: str) -> str:

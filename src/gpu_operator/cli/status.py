@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpu_operator.names import keys
 from gpu_operator.reconcile.explain import NodeReport, disabled_steps, explain_node, running_init_containers
 
 
@@ -52,7 +53,7 @@ def gather(
         policies = [p.to_dict() for p in client.list(ClusterPolicyResource)]
         active = next((p for p in policies if (p.get("status") or {}).get("state") != "ignored"), None)
         ns = namespace or ((active or {}).get("status") or {}).get("namespace") or "gpu-operator"
-        nodes = [n.to_dict() for n in client.list(Node, labels={"nvidia.com/gpu.present": "true"})]
+        nodes = [n.to_dict() for n in client.list(Node, labels={keys.GPU_PRESENT: "true"})]
         pods = [p.to_dict() for p in client.list(Pod, namespace=ns)]
         events = _warnings(client, namespace=ns, node=node_name) if node_name else []
         shown = {n["metadata"]["name"] for n in nodes if node_name in (None, n["metadata"]["name"])}

@@ -24,11 +24,12 @@ from lightkube.types import PatchType
 
 from gpu_operator.kube.informer import Informer
 from gpu_operator.kube.objects import Eviction, event_body, eviction_body, eviction_outcome
+from gpu_operator.names import keys
 
 JSON = dict[str, Any]
 FIELD_MANAGER = "gpu-operator"
 #: Upstream's annotation name for the same purpose: the hash of the object as last applied.
-APPLIED_HASH = "nvidia.com/last-applied-hash"
+APPLIED_HASH = keys.APPLIED_HASH
 
 ClusterPolicyResource = create_global_resource("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies")
 NVIDIADriverResource = create_global_resource("nvidia.com", "v1alpha1", "NVIDIADriver", "nvidiadrivers")

@@ -28,6 +28,8 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.config.models import Cluster, User
 
+from gpu_operator.names.selectors import matches_text
+
 JSON = dict[str, Any]
 Key = tuple[str, str, str, str]  # (group/version, plural, namespace, name)
 SERVER = "http://fake-api.invalid"
@@ -78,28 +80,6 @@ def _parse(path: str) -> tuple[str, str, str, str, str]:
         namespace, rest = rest[1], rest[2:]
     rest += [""] * (3 - len(rest))
     return gv, rest[0], namespace, rest[1], rest[2]
-
-
-def _labels_match(labels: dict[str, str], selector: str) -> bool:
-    for term in filter(None, (t.strip() for t in re.split(r",(?![^()]*\))", selector))):
-        if m := re.fullmatch(r"(\S+)\s+(in|notin)\s+\((.*)\)", term):
-            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
-            if (labels.get(key) in values) != (op == "in") or (op == "in" and key not in labels):
-                return False
-        elif "!=" in term:
-            key, value = term.split("!=", 1)
-            if labels.get(key) == value:
-                return False
-        elif "=" in term:
-            key, value = term.replace("==", "=").split("=", 1)
-            if labels.get(key) != value:
-                return False
-        elif term.startswith("!"):
-            if term[1:] in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
 
 
 def _fields_match(obj: JSON, selector: str) -> bool:
@@ -218,7 +198,7 @@ class FakeApi(httpx.AsyncBaseTransport):
     @staticmethod
     def _selected(obj: JSON, query: dict[str, str]) -> bool:
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        return _labels_match(labels, query.get("labelSelector", "")) and _fields_match(
+        return matches_text(labels, query.get("labelSelector", "")) and _fields_match(
             obj, query.get("fieldSelector", "")
         )
 

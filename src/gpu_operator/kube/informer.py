@@ -26,6 +26,7 @@ from typing import Any
 
 from lightkube import AsyncClient
 
+from gpu_operator.names.selectors import of_mapping
 from gpu_operator.runtime.backoff import Backoff, error_kind
 
 JSON = dict[str, Any]
@@ -54,7 +55,7 @@ def _to_dict(obj: Any) -> JSON:
 
 def matches(labels: Mapping[str, str], selector: Selector) -> bool:
     """Whether ``labels`` satisfy ``selector`` (None: the key exists; a string: equality)."""
-    return all(key in labels if want is None else labels.get(key) == want for key, want in selector.items())
+    return of_mapping(selector).matches(labels)
 
 
 def _key(obj: JSON) -> Key:

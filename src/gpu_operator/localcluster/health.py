@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from gpu_operator.localcluster.layout import Layout
+from gpu_operator.names.objects import is_ready
 
 PROBE_TIMEOUT = 2.0
 
@@ -76,8 +77,7 @@ def node_is_ready(name: str, *, client: httpx.Client) -> bool:
         return False
     if response.status_code != 200:
         return False
-    conditions = response.json().get("status", {}).get("conditions", [])
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return is_ready(response.json())
 
 
 #: What :func:`fetch_text` raises when the endpoint is not reachable (yet).

@@ -13,12 +13,13 @@ from collections.abc import Mapping
 
 from gpu_operator.api.clusterpolicy import ClusterPolicySpec
 from gpu_operator.api.defaults import is_enabled
+from gpu_operator.names import keys
 
-PRESENT = "nvidia.com/gpu.present"
-DEPLOY = "nvidia.com/gpu.deploy."
-OPERANDS_OFF = "nvidia.com/gpu.deploy.operands"
-WORKLOAD = "nvidia.com/gpu.workload.config"
-MIG_CONFIG = "nvidia.com/mig.config"
+PRESENT = keys.GPU_PRESENT
+DEPLOY = keys.DEPLOY_PREFIX
+OPERANDS_OFF = keys.DEPLOY_OPERANDS
+WORKLOAD = keys.WORKLOAD_CONFIG
+MIG_CONFIG = keys.MIG_CONFIG
 #: NFD's PCI vendor labels for NVIDIA (class-qualified or plain), and our own discovery fallback.
 GPU_LABELS = (
     "feature.node.kubernetes.io/pci-10de.present",

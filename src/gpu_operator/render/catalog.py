@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from gpu_operator.names import keys
 from gpu_operator.render.agents import EXECUTABLE
 
 STATES = (
@@ -42,7 +43,7 @@ STATES = (
     "state-cc-manager",
 )
 
-DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
+DEPLOY_LABEL_PREFIX = keys.DEPLOY_PREFIX
 #: The file ``gpu-operator agent`` touches when the program reports Ready (agents/host.py).
 READY_FILE = "/run/gpu-operator-agent.ready"
 #: The driver version installed when the policy names none (the upstream chart's default).

@@ -16,27 +16,28 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from gpu_operator import __version__
+from gpu_operator.names import keys
 from gpu_operator.render.images import IMAGE_ENV_VARS, RenderError
 
 Runtime = Literal["containerd", "crio", "docker"]
 
-NFD_PREFIX = "feature.node.kubernetes.io/"
-GPU_PRESENT = "nvidia.com/gpu.present"
+NFD_PREFIX = keys.NFD_PREFIX
+GPU_PRESENT = keys.GPU_PRESENT
 #: Written by the discovery agent (no NFD): whether the node's PCI tree shows an NVIDIA GPU.
-GPU_DISCOVERED = "nvidia.com/gpu.discovered"
+GPU_DISCOVERED = keys.GPU_DISCOVERED
 #: NFD PCI labels that mark an NVIDIA GPU (vendor-only, 3D controller, VGA), node-labels.md §1.
 NFD_GPU_LABELS = (
     "feature.node.kubernetes.io/pci-10de.present",
     "feature.node.kubernetes.io/pci-0302_10de.present",
     "feature.node.kubernetes.io/pci-0300_10de.present",
 )
-OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
-OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
-OS_VERSION_MAJOR = "feature.node.kubernetes.io/system-os_release.VERSION_ID.major"
-KERNEL = "feature.node.kubernetes.io/kernel-version.full"
+OS_ID = keys.OS_ID
+OS_VERSION = keys.OS_VERSION
+OS_VERSION_MAJOR = keys.OS_VERSION_MAJOR
+KERNEL = keys.KERNEL
 #: Written by the discovery agent (no NFD): the node's os-release ID and VERSION_ID, for the driver tag.
-DISCOVERED_OS_ID = "nvidia.com/gpu-discovery.os-release.ID"
-DISCOVERED_OS_VERSION = "nvidia.com/gpu-discovery.os-release.VERSION_ID"
+DISCOVERED_OS_ID = keys.DISCOVERED_OS_ID
+DISCOVERED_OS_VERSION = keys.DISCOVERED_OS_VERSION
 #: Distributions whose driver images are tagged by major version only (``rhel9``).
 MAJOR_ONLY_OS = frozenset({"rhel", "rocky", "ol"})
 

@@ -16,12 +16,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpu_operator.names import keys
+
 JSON = dict[str, Any]
 
 PART_OF = "app.kubernetes.io/part-of"
 MANAGED_BY = "app.kubernetes.io/managed-by"
-STATE_LABEL = "nvidia.com/gpu-operator.state"
-HASH_ANNOTATION = "nvidia.com/last-applied-hash"
+STATE_LABEL = keys.OPERAND_STATE
+HASH_ANNOTATION = keys.APPLIED_HASH
 OPERATOR = "gpu-operator"
 #: Labels the policy's own label settings may not override.
 RESERVED_LABELS = frozenset({PART_OF, MANAGED_BY, STATE_LABEL, "app"})

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gpu_operator.api.nvidiadriver import OWNER_LABEL, NVIDIADriver
+from gpu_operator.names.selectors import of_mapping
 from gpu_operator.render.facts import GPU_PRESENT, MAJOR_ONLY_OS, OS_ID, OS_VERSION, OS_VERSION_MAJOR, NodeInfo
 from gpu_operator.render.meta import fnv32a
 
@@ -34,7 +35,7 @@ def selector_of(cr: NVIDIADriver) -> dict[str, str]:
 
 
 def matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
+    return of_mapping(selector).matches(labels)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_operator.names.objects import is_ready
+
 JSON = dict[str, Any]
 NFD = "feature.node.kubernetes.io"
 NVIDIA_PCI_VENDOR = "10de"
@@ -205,9 +207,7 @@ LIFECYCLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-re
 
 def node_healthy(node: JSON) -> bool:
     """Ready and free of the lifecycle taints: what a simulated kubelet must keep its node (a Node as JSON)."""
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions") or []
-    )
+    ready = is_ready(node)
     taints = (node.get("spec") or {}).get("taints") or []
     return ready and not any(t.get("key") in LIFECYCLE_TAINTS for t in taints)
 

@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.names import keys
+from gpu_operator.names.objects import is_ready
+from gpu_operator.names.selectors import from_label_selector
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import Budget, DriverPodView, NodeView, PodView
-from gpu_operator.upgrade.selectors import from_label_selector
 
 DRIVER_SELECTOR = {"app.kubernetes.io/component": "nvidia-driver"}
-DRIVER_CR_LABEL = "nvidia.com/gpu-operator.driver"
-OWNER_LABEL = "nvidia.com/gpu-operator.driver.owner"
+DRIVER_CR_LABEL = keys.DRIVER_CR
+OWNER_LABEL = keys.DRIVER_OWNER
 VALIDATOR_SELECTOR = {"app": "nvidia-operator-validator"}
 GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 #: States whose planning needs the pods on the node (eviction, drain, jobs).
@@ -46,7 +48,7 @@ def _controller(obj: JSON) -> JSON | None:
 
 
 def _ready(status: JSON) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return is_ready({"status": status})
 
 
 def pod_view(pod: JSON) -> PodView:

@@ -24,12 +24,12 @@ from gpu_operator.api.clusterpolicy import ClusterPolicy, active_policy
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.api.nvidiadriver import NVIDIADriver
 from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.names.selectors import SelectorError
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.collect import CLUSTER_POLICY, Cluster, partitions, read_cluster
 from gpu_operator.upgrade.execute import Applied, execute
 from gpu_operator.upgrade.model import Knobs, Snapshot, knobs_from
 from gpu_operator.upgrade.plan import Plan, plan
-from gpu_operator.upgrade.selectors import SelectorError
 from gpu_operator.upgrade.status import StatusOwner, summary, write_status
 
 log = logging.getLogger(__name__)

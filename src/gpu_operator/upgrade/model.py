@@ -15,22 +15,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_operator.upgrade.selectors import Selector, parse_selector
+from gpu_operator.names import keys
+from gpu_operator.names.selectors import Selector, parse_selector
 
-KEY_PREFIX = "nvidia.com/gpu-driver-upgrade"  # every label and annotation below starts with it
+KEY_PREFIX = keys.UPGRADE_PREFIX  # every label and annotation below starts with it
 STATE_LABEL = f"{KEY_PREFIX}-state"
-SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
-DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
-INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
-WAIT_START = "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time"
-VALIDATION_START = "nvidia.com/gpu-driver-upgrade-validation-start-time"
-REQUESTED = "nvidia.com/gpu-driver-upgrade-requested"
-UPGRADE_ENABLED = "nvidia.com/gpu-driver-upgrade-enabled"
+SKIP_LABEL = keys.UPGRADE_SKIP
+DRAIN_SKIP_LABEL = keys.UPGRADE_DRAIN_SKIP
+INITIAL_UNSCHEDULABLE = keys.UPGRADE_INITIAL_UNSCHEDULABLE
+WAIT_START = keys.UPGRADE_WAIT_START
+VALIDATION_START = keys.UPGRADE_VALIDATION_START
+REQUESTED = keys.UPGRADE_REQUESTED
+UPGRADE_ENABLED = keys.UPGRADE_ENABLED
 # Ours (upstream keeps these in memory and loses them on restart): when pod deletion and drain began.
-DELETION_START = "nvidia.com/gpu-driver-upgrade-pod-deletion-start-time"
-DRAIN_START = "nvidia.com/gpu-driver-upgrade-drain-start-time"
+DELETION_START = keys.UPGRADE_DELETION_START
+DRAIN_START = keys.UPGRADE_DRAIN_START
 # Ours: why a node is upgrade-failed, so `gpu-operator status` and the preview can say it.
-FAILURE_REASON = "nvidia.com/gpu-driver-upgrade-failure"
+FAILURE_REASON = keys.UPGRADE_FAILURE
 TIMER_ANNOTATIONS = (WAIT_START, VALIDATION_START, DELETION_START, DRAIN_START)
 EVENT_REASON = "GPUDriverUpgrade"
 

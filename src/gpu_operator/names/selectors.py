@@ -1,9 +1,12 @@
-"""Kubernetes label selectors in their string form (``app=train,tier!=web,gpu,!spot,zone in (a,b)``).
+"""The one label selector: Kubernetes' string form (``app=train,tier!=web,gpu,!spot,zone in (a,b)``),
+structured ``LabelSelector`` objects and plain mappings all become a :class:`Selector`.
 
 The upgrade policy names pods with selector strings (``waitForCompletion.podSelector``,
 ``drain.podSelector``), and PodDisruptionBudgets carry structured selectors; both become a
 :class:`Selector` that the pure planner matches against pod labels. A malformed string raises
-:class:`SelectorError` naming the policy field, so the policy's status can say what to fix.
+:class:`SelectorError` naming the policy field, so the policy's status can say what to fix. The
+informers, the NVIDIADriver routing and the in-memory API match with it too (:func:`of_mapping`,
+:func:`matches_text`).
 """
 
 from __future__ import annotations
@@ -92,3 +95,16 @@ def from_label_selector(selector: Mapping[str, Any] | None) -> Selector:
         values: Sequence[str] = expr.get("values") or ()
         reqs.append(Requirement(str(expr["key"]), str(expr["operator"]), tuple(str(v) for v in values)))
     return Selector(tuple(reqs))
+
+
+def of_mapping(wanted: Mapping[str, str | None]) -> Selector:
+    """From a mapping: a string value is equality, None is existence (what ``list_objects`` takes)."""
+    return Selector(
+        tuple(Requirement(k, "Exists") if v is None else Requirement(k, "In", (v,)) for k, v in wanted.items())
+    )
+
+
+def matches_text(labels: Mapping[str, str], text: str) -> bool:
+    """Whether ``labels`` satisfy a selector string (an invalid one raises :class:`SelectorError`)."""
+    selector = parse_selector(text, field="labelSelector")
+    return selector is None or selector.matches(labels)
