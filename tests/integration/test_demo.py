@@ -18,11 +18,10 @@ from click.testing import CliRunner
 from lightkube import Client
 from lightkube.resources.core_v1 import Node, Pod
 
-from gpu_operator.cli import demo, demo_upgrade
 from gpu_operator.cli.main import cli
+from gpu_operator.demo import simulated as demo
+from gpu_operator.demo import upgrade as demo_upgrade
 from gpu_operator.upgrade import model as m
-
-pytestmark = pytest.mark.integration
 
 UUID = r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 

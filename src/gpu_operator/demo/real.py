@@ -26,10 +26,10 @@ import click
 import yaml
 from rich.console import Console
 
-from gpu_operator.cli.demo_progress import gpu_resources, operand_pods
-from gpu_operator.cli.demo_real_upgrade import DRIVER_VALUES, NEW_VERSION, OLD_VERSION, driver_image, run_upgrade
-from gpu_operator.cli.demo_workload import EXPORTER_DAEMONSET, EXPORTER_PORT, UTIL_METRIC, switch_mig
 from gpu_operator.cli.status import gather, print_status
+from gpu_operator.demo.progress import gpu_resources, operand_pods
+from gpu_operator.demo.real_upgrade import DRIVER_VALUES, NEW_VERSION, OLD_VERSION, driver_image, run_upgrade
+from gpu_operator.demo.workload import EXPORTER_DAEMONSET, EXPORTER_PORT, UTIL_METRIC, switch_mig
 from gpu_operator.kube.typed import Client, Node, Pod, codecs
 from gpu_operator.localcluster.binaries import ALL_BINARIES, BinariesNotFoundError, find_checkout_root, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster

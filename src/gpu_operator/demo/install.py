@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import click
 from rich.console import Console
 
-from gpu_operator.cli.demo_operator import OPERATOR_NAMESPACE, operator_thread
+from gpu_operator.demo.operator import OPERATOR_NAMESPACE, operator_thread
 from gpu_operator.kube.typed import Client, Pod
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.tools import ToolError

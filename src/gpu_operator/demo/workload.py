@@ -22,7 +22,7 @@ from rich.console import Console
 
 from gpu_operator.agents.deviceplugin.response import VISIBLE
 from gpu_operator.agents.migmanager.reconfigure import CONFIG_LABEL, STATE_LABEL
-from gpu_operator.cli.demo_progress import gpu_resources, operand_pods
+from gpu_operator.demo.progress import gpu_resources, operand_pods
 from gpu_operator.kube.typed import ApiError, Client, Node, Pod, codecs
 from gpu_operator.kubelet.allocation import ContainerAllocation
 from gpu_operator.localcluster.health import FETCH_ERRORS, fetch_text
