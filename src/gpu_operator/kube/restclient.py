@@ -49,9 +49,6 @@ class ApiError(Exception):
         self.message = message
 
 
-#: What a request of this client can raise: an error status, or the transport failing (refused, timed out).
-REQUEST_ERRORS: tuple[type[Exception], ...] = (ApiError, httpx.HTTPError)
-
 
 def _data(entry: Mapping[str, Any], key: str, base: Path) -> bytes | None:
     if entry.get(f"{key}-data"):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_operator.kube.restclient import REQUEST_ERRORS, ApiClient, ApiError
+from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.sim.objects import time_text
 
 JSON = dict[str, Any]
@@ -203,8 +203,8 @@ class StatusWriter:
             try:
                 await self._api.patch(self._path, {"status": body})
                 self._last = body
-            except REQUEST_ERRORS as error:
-                # A timeout must not end the writer: the pod would never report again.
+            except Exception as error:
+                # No failure may end the writer (a timeout, a bug in one body): the pod would never report again.
                 if isinstance(error, ApiError) and error.code == 404:  # the pod is gone
                     return
                 log.warning("pod %s: status update failed: %s", self._label, error)

@@ -18,7 +18,8 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from gpu_operator.kube.restclient import REQUEST_ERRORS, ApiClient, ApiError
+from gpu_operator.kube.restclient import ApiClient, ApiError
+from gpu_operator.runtime.backoff import error_kind
 from gpu_operator.sim.host import SimCore
 from gpu_operator.sim.node import SimNode
 from gpu_operator.sim.runtime import PodWorker
@@ -54,8 +55,8 @@ class PodWatch:
                     version = await self._watch(version)
             except _GoneError:
                 log.info("pod watch: resourceVersion expired, relisting")
-            except REQUEST_ERRORS as error:
-                log.warning("pod watch failed (%s); relisting in 1 s", error)
+            except Exception as error:  # whatever broke the watch, the shared pod watch must go on
+                log.warning("pod watch failed (%s: %s); relisting in 1 s", error_kind(error), error)
                 await asyncio.sleep(1.0)
 
     async def _list(self) -> str:

@@ -16,7 +16,6 @@ import logging
 import shutil
 from typing import Any
 
-from gpu_operator.kube.restclient import ApiError
 from gpu_operator.kubelet.plugin_client import DevicePluginError
 from gpu_operator.sim.context import ProgramContext, Signals
 from gpu_operator.sim.devices import AdmissionError
@@ -157,7 +156,7 @@ class PodWorker:
                     host_ip=self.host.host_ip,
                     pod_ip=self.host.pod_ip(self.uid, host_network=host_network),
                 )
-            except (ApiError, OSError) as error:  # the next round tries again
+            except Exception as error:  # any failure (API, network, disk): the next round tries again
                 log.warning("pod %s/%s: volume sync failed: %s", self.namespace, self.name, error)
 
     async def _stop_resync(self) -> None:
