@@ -37,7 +37,6 @@ class NodeInfo:
     unschedulable: bool
 
 
-
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     """A PodInfo from a pod's JSON (as the API returns it)."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}

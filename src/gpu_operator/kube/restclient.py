@@ -49,7 +49,6 @@ class ApiError(Exception):
         self.message = message
 
 
-
 def _data(entry: Mapping[str, Any], key: str, base: Path) -> bytes | None:
     if entry.get(f"{key}-data"):
         return b64decode(str(entry[f"{key}-data"]))

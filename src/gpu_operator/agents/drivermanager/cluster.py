@@ -18,6 +18,7 @@ from gpu_operator.kube.podview import Eviction, NodeInfo, PodInfo, pod_info
 
 __all__ = ["Eviction", "NodeCluster", "NodeInfo", "PodInfo", "cluster_of", "pod_info"]
 
+
 class NodeCluster(Protocol):
     """This node's view of the cluster API."""
 
