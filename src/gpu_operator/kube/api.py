@@ -129,11 +129,13 @@ class Kube:
         items = self.client.list(resource(api_version, kind), **selectors)
         return [strip(item) async for item in items]
 
-    async def delete(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> bool:
+    async def delete(
+        self, api_version: str, kind: str, name: str, *, namespace: str | None = None, grace_seconds: int | None = None
+    ) -> bool:
         """Delete; False when it was already gone."""
         self.requests += 1
         try:
-            await self.client.delete(resource(api_version, kind), name, namespace=namespace)
+            await self.client.delete(resource(api_version, kind), name, namespace=namespace, grace_period=grace_seconds)
         except ApiError as exc:
             if exc.status.code == 404:
                 return False
@@ -160,8 +162,12 @@ class Kube:
             involved=involved, reason=reason, message=message, warning=warning, namespace=namespace,
             component=self.field_manager,
         )  # fmt: skip
+        await self.create(body)
+
+    async def create(self, obj: Mapping[str, Any]) -> None:
+        """Create an object (an Event; everything the operator owns is applied instead)."""
         self.requests += 1
-        await self.client.create(codecs.from_dict(body))
+        await self.client.create(codecs.from_dict(dict(obj)))
 
     async def patch(
         self, api_version: str, kind: str, name: str, body: Mapping[str, Any], *, namespace: str | None = None

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from gpu_operator.kube.api import Kube
 from gpu_operator.kube.objects import event_body, eviction_body, eviction_outcome, node_patch_body
 from gpu_operator.kube.podview import Eviction, NodeInfo, PodInfo, pod_info
 
@@ -42,24 +43,26 @@ def _node_info(obj: Mapping[str, Any]) -> NodeInfo:
 
 
 class LightkubeCluster:
-    """NodeCluster over the in-cluster API with lightkube (imported lazily: only real nodes need it)."""
+    """NodeCluster over the in-cluster API: ``kube.api.Kube`` on lightkube (made lazily, from the pod's
+    service account, unless a client is given)."""
 
     def __init__(self, *, node_name: str, client: Any = None, field_manager: str = AGENT) -> None:
         self.node_name = node_name
         self._client = client
         self._field_manager = field_manager
+        self._kube: Kube | None = None
 
-    def _api(self) -> Any:
-        if self._client is None:
-            from lightkube import AsyncClient  # noqa: PLC0415 - only where an API server is reachable
+    def _api(self) -> Kube:
+        if self._kube is None:
+            if self._client is None:
+                from gpu_operator.kube.connect import async_client  # noqa: PLC0415 - only where an API server is
 
-            self._client = AsyncClient(field_manager=self._field_manager)
-        return self._client
+                self._client = async_client(field_manager=self._field_manager)
+            self._kube = Kube(self._client, field_manager=self._field_manager)
+        return self._kube
 
     async def node(self) -> NodeInfo:
-        from lightkube.resources.core_v1 import Node  # noqa: PLC0415
-
-        return _node_info((await self._api().get(Node, self.node_name)).to_dict())
+        return _node_info(await self._api().get("v1", "Node", self.node_name) or {})
 
     async def patch_node(
         self,
@@ -68,51 +71,27 @@ class LightkubeCluster:
         annotations: Mapping[str, str | None] | None = None,
         unschedulable: bool | None = None,
     ) -> None:
-        from lightkube.resources.core_v1 import Node  # noqa: PLC0415
-        from lightkube.types import PatchType  # noqa: PLC0415
-
         body = node_patch_body(labels=labels, annotations=annotations, unschedulable=unschedulable)
         if body:
-            await self._api().patch(Node, self.node_name, body, patch_type=PatchType.MERGE)
+            await self._api().patch("v1", "Node", self.node_name, body)
 
     async def list_pods(self, *, selector: str | None = None) -> list[PodInfo]:
-        from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
-
-        fields = {"spec.nodeName": self.node_name}
-        pods = self._api().list(Pod, namespace="*", fields=fields, labels=_selector(selector))
-        return [pod_info(pod.to_dict()) async for pod in pods]
+        pods = await self._api().list_objects(
+            "v1", "Pod", namespace="*", labels=_selector(selector), fields={"spec.nodeName": self.node_name}
+        )
+        return [pod_info(pod) for pod in pods]
 
     async def evict(self, *, namespace: str, name: str) -> Eviction:
-        from lightkube import ApiError  # noqa: PLC0415
-        from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
-
-        eviction = Pod.Eviction.from_dict(eviction_body(namespace=namespace, name=name))
-        try:
-            await self._api().create(eviction, name=name, namespace=namespace)
-        except ApiError as error:
-            outcome = eviction_outcome(error.status.code or 0)
-            if outcome is None:
-                raise
-            return outcome
-        return Eviction.EVICTED
+        return await self._api().evict(namespace=namespace, name=name)
 
     async def delete_pod(self, *, namespace: str, name: str, grace_seconds: int | None = None) -> None:
-        from lightkube import ApiError  # noqa: PLC0415
-        from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
-
-        try:
-            await self._api().delete(Pod, name, namespace=namespace, grace_period=grace_seconds)
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
+        await self._api().delete("v1", "Pod", name, namespace=namespace, grace_seconds=grace_seconds)
 
     async def event(self, *, reason: str, message: str, warning: bool = False) -> None:
-        from lightkube import codecs  # noqa: PLC0415
-
         body = _node_event(self.node_name, reason=reason, message=message, warning=warning)
         # Events are a courtesy: the work never fails because one could not be recorded.
         with contextlib.suppress(Exception):
-            await self._api().create(codecs.from_dict(body), namespace=EVENT_NAMESPACE)
+            await self._api().create(body)
 
 
 def _selector(selector: str | None) -> dict[str, Any] | None:
