@@ -12,12 +12,11 @@ import pytest
 from gpu_operator.kube.api import Kube, applied_hash, with_applied_hash
 from gpu_operator.kube.informer import Informer
 from gpu_operator.kube.slim import slim_node, slim_pod
+from gpu_operator.names.pods import pod_view
 from gpu_operator.reconcile.caches import operator_informers
 from gpu_operator.reconcile.endpoints import OperatorMetrics
 from gpu_operator.render import node_info
-from gpu_operator.upgrade.collect import driver_view, node_view, pod_view
-
-pytestmark = pytest.mark.unit
+from gpu_operator.upgrade.collect import driver_view, node_view
 
 JSON = dict[str, Any]
 UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"

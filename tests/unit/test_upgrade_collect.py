@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
+from gpu_operator.names.pods import pod_view
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.collect import (
     CLUSTER_POLICY,
@@ -13,10 +12,7 @@ from gpu_operator.upgrade.collect import (
     driver_view,
     newest_revisions,
     partitions,
-    pod_view,
 )
-
-pytestmark = pytest.mark.unit
 
 JSON = dict[str, Any]
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from gpu_operator.names.pods import PodView
 from gpu_operator.names.selectors import parse_selector
 from gpu_operator.upgrade import model as m
-from gpu_operator.upgrade.model import Budget, DriverPodView, Knobs, NodeView, PodView, Snapshot
+from gpu_operator.upgrade.model import Budget, DriverPodView, Knobs, NodeView, Snapshot
 from gpu_operator.upgrade.plan import Plan, plan
 from gpu_operator.upgrade.preview import merge_patch
 from gpu_operator.upgrade.steps import Step

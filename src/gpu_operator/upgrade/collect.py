@@ -20,9 +20,10 @@ from typing import Any
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.names import keys
 from gpu_operator.names.objects import is_ready
+from gpu_operator.names.pods import pod_view
 from gpu_operator.names.selectors import from_label_selector
 from gpu_operator.upgrade import model as m
-from gpu_operator.upgrade.model import Budget, DriverPodView, NodeView, PodView
+from gpu_operator.upgrade.model import Budget, DriverPodView, NodeView
 
 DRIVER_SELECTOR = {"app.kubernetes.io/component": "nvidia-driver"}
 DRIVER_CR_LABEL = keys.DRIVER_CR
@@ -49,26 +50,6 @@ def _controller(obj: JSON) -> JSON | None:
 
 def _ready(status: JSON) -> bool:
     return is_ready({"status": status})
-
-
-def pod_view(pod: JSON) -> PodView:
-    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-    owner = _controller(pod)
-    resources = [c.get("resources") or {} for c in spec.get("containers") or []]
-    names = {k for r in resources for part in ("limits", "requests") for k in (r.get(part) or {})}
-    return PodView(
-        namespace=meta.get("namespace", ""),
-        name=meta["name"],
-        labels=meta.get("labels") or {},
-        phase=status.get("phase", "Pending"),
-        owner_kind=str(owner.get("kind", "")) if owner else "",
-        gpu=any(n.startswith(GPU_PREFIXES) for n in names),
-        terminating=bool(meta.get("deletionTimestamp")),
-        empty_dir=any("emptyDir" in v for v in spec.get("volumes") or []),
-        mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
-        ready=_ready(status),
-        created=_seconds(meta.get("creationTimestamp")),
-    )
 
 
 def template_env(template: JSON, name: str) -> str:

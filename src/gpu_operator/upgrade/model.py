@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_operator.names import keys
+from gpu_operator.names.pods import PodView
 from gpu_operator.names.selectors import Selector, parse_selector
 
 KEY_PREFIX = keys.UPGRADE_PREFIX  # every label and annotation below starts with it
@@ -55,31 +56,6 @@ IDLE_STATES = frozenset({UNKNOWN, DONE, REQUIRED})
 CORDONED_STATES = frozenset({WAIT_FOR_JOBS, POD_DELETION, DRAIN, POD_RESTART, VALIDATION, UNCORDON})
 VALIDATION_TIMEOUT = 600.0  # upstream's fixed constant
 MAX_DRIVER_RESTARTS = 10  # a driver container restarted more often than this has failed
-
-
-@dataclass(frozen=True, kw_only=True)
-class PodView:
-    """A pod on a node, reduced to what eviction, drain and waiting decide on."""
-
-    namespace: str
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    phase: str = "Running"
-    owner_kind: str = ""  # the controller's kind; "" for a bare pod
-    gpu: bool = False  # requests or limits nvidia.com/gpu* or nvidia.com/mig-*
-    terminating: bool = False
-    empty_dir: bool = False
-    mirror: bool = False  # a static pod's mirror: the API cannot evict it
-    ready: bool = True
-    created: float = 0.0  # unix seconds
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def active(self) -> bool:
-        return self.phase in ("Running", "Pending")
 
 
 @dataclass(frozen=True, kw_only=True)

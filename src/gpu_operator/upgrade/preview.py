@@ -16,8 +16,9 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpu_operator.names.pods import PodView
 from gpu_operator.upgrade import model as m
-from gpu_operator.upgrade.model import Knobs, NodeView, PodView, Snapshot
+from gpu_operator.upgrade.model import Knobs, NodeView, Snapshot
 from gpu_operator.upgrade.plan import needs_upgrade, plan
 from gpu_operator.upgrade.steps import Step
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpu_operator.names.pods import PodView, drain_candidates, gpu_pods, refusal
 from gpu_operator.upgrade import model as m
-from gpu_operator.upgrade.model import Knobs, NodeView, PodView, Snapshot
+from gpu_operator.upgrade.model import Knobs, NodeView, Snapshot
 
 #: Annotations that describe one upgrade; all go when the node reaches upgrade-done.
 _BOOKKEEPING = (*m.TIMER_ANNOTATIONS, m.FAILURE_REASON, m.INITIAL_UNSCHEDULABLE, m.REQUESTED)
@@ -154,16 +155,13 @@ class Work:
 
 
 def _refusal(pod: PodView, *, force: bool, empty_dir: bool, how: str) -> str | None:
-    if not pod.owner_kind and not force:
-        return f"{pod.key} is not managed by a controller (set {how}.force)"
-    if pod.empty_dir and not empty_dir:
-        return f"{pod.key} has emptyDir data (set {how}.deleteEmptyDir)"
-    return None
+    return refusal(pod, force=force, empty_dir=empty_dir, force_hint=f"set {how}.force",
+                   empty_dir_hint=f"set {how}.deleteEmptyDir")  # fmt: skip
 
 
 def pods_to_delete(node: NodeView, knobs: Knobs) -> tuple[list[PodView], list[str]]:
     """GPU pods still on the node (terminating ones included: they are not gone yet), and refusals."""
-    pods = [p for p in node.pods if p.gpu and p.active and p.owner_kind != "DaemonSet" and not p.mirror]
+    pods = gpu_pods(node.pods)
     refused = [
         r
         for p in pods
@@ -175,15 +173,8 @@ def pods_to_delete(node: NodeView, knobs: Knobs) -> tuple[list[PodView], list[st
 
 def node_pods_to_drain(node: NodeView, knobs: Knobs) -> tuple[list[PodView], list[str]]:
     """Pods a drain must evict (terminating ones included), and refusals."""
-    chosen = []
-    for pod in node.pods:
-        if pod.owner_kind == "DaemonSet" or pod.mirror or not pod.active:
-            continue
-        if pod.labels.get(m.DRAIN_SKIP_LABEL) == "true":
-            continue
-        if knobs.drain_selector is not None and not knobs.drain_selector.matches(pod.labels):
-            continue
-        chosen.append(pod)
+    selector = knobs.drain_selector
+    chosen = drain_candidates(node.pods, matches=selector.matches if selector is not None else None)
     refused = [
         r
         for p in chosen
