@@ -149,7 +149,7 @@ def _parse_address(address: str) -> tuple[str, int]:
 
 async def serve(
     *, address: str, metrics: OperatorMetrics, healthy: Callable[[], bool], ready: asyncio.Event
-) -> asyncio.AbstractServer:
+) -> asyncio.Server:
     """Start answering GET /healthz, /readyz and /metrics on ``address`` (``host:port``)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
