@@ -112,7 +112,7 @@ async def _serve_endpoints(
     metrics: OperatorMetrics,
     healthy: Callable[[], bool],
     ready: asyncio.Event,
-) -> list[asyncio.AbstractServer]:
+) -> list[asyncio.Server]:
     servers = []
     addresses = {pod_address(a, env=env) for a in (flags.metrics_bind_address, flags.health_probe_bind_address)}
     for address in sorted(addresses):
