@@ -18,8 +18,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpu_operator.agents.deviceplugin.config import Settings
 from gpu_operator.agents.deviceplugin.plugin import DevicePlugin
+from gpu_operator.agents.shared.pluginconfig import Settings
 from gpu_operator.gpu.catalog import node_profile
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.kubelet.api.deviceplugin.v1beta1 import deviceplugin_pb2 as dp

@@ -516,7 +516,7 @@ def markdown(results: Sequence[ScaleResult]) -> str:
         "the 1,000-node figures of earlier runs measured). `ready` is the "
         "operator's own status computed from the real DaemonSet status. First `ready`: from creating the "
         "ClusterPolicy to the first `status.state=ready` (it is too early when the operator calls a DaemonSet "
-        "ready before its controller has caught up, as `render/readiness.py` does for one without status). "
+        "ready before its controller has caught up, as `observe/readiness.py` does for one without status). "
         "`ready` and rolled out: until the policy is `ready` and every operand DaemonSet is observed and has all "
         "desired pods updated and available. RSS: `VmRSS` after the idle window; peak: `VmHWM`, the "
         f"highest of the runs. Idle: {IDLE_SECONDS:.0f} s starting {SETTLE_SECONDS:.0f} s after ready, requests "

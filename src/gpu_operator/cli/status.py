@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpu_operator.names import keys
-from gpu_operator.reconcile.explain import NodeReport, disabled_steps, explain_node, running_init_containers
+from gpu_operator.observe.explain import NodeReport, disabled_steps, explain_node, running_init_containers
 
 
 def _client(kubeconfig: str | None) -> Any:

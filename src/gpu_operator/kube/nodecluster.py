@@ -1,4 +1,4 @@
-"""Two implementations of the node agents' cluster access (``agents.drivermanager.cluster.NodeCluster``).
+"""Two implementations of the node agents' cluster access (``agents.shared.cluster.NodeCluster``).
 
 :class:`LightkubeCluster` uses lightkube's async client (the in-cluster service account on a real node;
 imported lazily, so importing this module costs nothing). :class:`RestCluster` speaks plain JSON over

@@ -4,7 +4,7 @@ Pure functions over the API's JSON: the reconciler passes the live DaemonSet, an
 DaemonSets (drivers) the pods it selects and its ControllerRevisions, because an OnDelete DaemonSet's
 status counters do not say whether its pods run the current template:
 
-- fewer pods desired than the nodes the operator counts for the DaemonSet (``render.eligible``): not
+- fewer pods desired than the nodes the operator counts for the DaemonSet (``observe.eligible``): not
   ready, the controller has not caught up (upstream misses this and calls such a state ready);
 - ``desiredNumberScheduled == 0``: ready (no GPU node, nothing to wait for);
 - ``numberUnavailable != 0``: not ready;

@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from gpu_operator.observe.readiness import Readiness
 from gpu_operator.render.facts import ClusterFacts
 from gpu_operator.render.meta import JSON
-from gpu_operator.render.readiness import Readiness
 from gpu_operator.render.states import StateManifests
 
 NOT_READY_REQUEUE = 5.0

@@ -27,6 +27,7 @@ from gpu_operator.api.clusterpolicy import ClusterPolicy, active_policy
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.kube.api import JSON, Kube, applied_hash, with_applied_hash
 from gpu_operator.names import keys
+from gpu_operator.observe.status import REFUSED_CONDITION, Status, ignored_status, policy_status, state_result
 from gpu_operator.reconcile.daemonsets import readiness_of
 from gpu_operator.reconcile.nodelabels import label_changes
 from gpu_operator.reconcile.nvidiadriver import reconcile_drivers
@@ -41,7 +42,6 @@ from gpu_operator.render import (
     render,
 )
 from gpu_operator.render.meta import with_owner
-from gpu_operator.render.status import REFUSED_CONDITION, Status, ignored_status, policy_status, state_result
 
 log = logging.getLogger(__name__)
 STATE_LABEL = keys.OPERAND_STATE

@@ -6,7 +6,7 @@ listed or applied the DaemonSets passes them in (``known``) to save one read eac
 
 A DaemonSet whose controller has not yet observed its latest generation is not ready, whatever its
 (old or still empty) status says: a just-created one has no status at all, which
-``render.readiness`` would read as "no node selected" and so as ready.
+``observe.readiness`` would read as "no node selected" and so as ready.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpu_operator.kube.api import JSON, Kube
-from gpu_operator.render.eligible import eligible_nodes
-from gpu_operator.render.readiness import Readiness, state_readiness
+from gpu_operator.observe.eligible import eligible_nodes
+from gpu_operator.observe.readiness import Readiness, state_readiness
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
 

@@ -19,12 +19,12 @@ from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.nvidiadriver import OWNER_LABEL, NVIDIADriver
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.names import keys
+from gpu_operator.observe.readiness import Readiness
+from gpu_operator.observe.status import driver_status
 from gpu_operator.reconcile.daemonsets import readiness_of
 from gpu_operator.render import ClusterFacts, OperatorSettings, RenderError, node_info
 from gpu_operator.render.meta import with_owner
 from gpu_operator.render.nvidiadriver import nvidiadriver_active, render_drivers
-from gpu_operator.render.readiness import Readiness
-from gpu_operator.render.status import driver_status
 
 ND = ("nvidia.com/v1alpha1", "NVIDIADriver")
 DRIVER_LABEL = keys.DRIVER_CR

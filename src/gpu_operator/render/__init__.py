@@ -4,9 +4,10 @@
   the 20 ordered :class:`StateManifests` (objects are plain dicts, labelled with their state);
 - :func:`render_drivers` (``nvidiadriver``): NVIDIADriver resources + nodes -> node routing, pools
   and one driver DaemonSet per pool;
-- ``readiness`` and ``status``: DaemonSet readiness by upstream's rules, and the ClusterPolicy and
-  NVIDIADriver status (state, Ready/Error conditions, requeue interval) from per-state results;
 - ``rbac``: the operator's and the operands' RBAC rules as data (the Helm chart is generated from it).
+
+What the cluster says back (DaemonSet readiness, eligible nodes, the policy status, why a node is not
+ready) is computed in ``gpu_operator.observe``.
 """
 
 from gpu_operator.render.context import MissingReference

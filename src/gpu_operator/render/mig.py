@@ -10,10 +10,10 @@ named by the policy is mounted instead and reported when it is missing.
 
 from __future__ import annotations
 
+from gpu_operator.data.migconfigs import default_yaml
 from gpu_operator.render.catalog import operand
 from gpu_operator.render.context import RenderContext
 from gpu_operator.render.meta import JSON, config_map
-from gpu_operator.render.migconfigs import default_yaml
 from gpu_operator.render.operands import main_container, pod, waiting
 from gpu_operator.render.pods import Volumes, daemonset, env, host_root_mounts, mount
 from gpu_operator.render.rbac import operand_rbac

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from gpu_operator.agents.drivermanager.cluster import NodeCluster
+from gpu_operator.agents.shared.cluster import NodeCluster
 from gpu_operator.gpu.backend import GpuBackend
 from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.kubelet.allocation import ContainerAllocation

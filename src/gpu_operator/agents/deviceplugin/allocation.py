@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpu_operator.agents.deviceplugin.resources import PluginDevice
+from gpu_operator.agents.shared.resources import PluginDevice
 from gpu_operator.gpu.types import Link
 
 EXHAUSTIVE_LIMIT = 3000  # combinations; beyond this the heuristic search is used

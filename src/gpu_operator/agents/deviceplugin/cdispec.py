@@ -4,7 +4,7 @@ With a CDI list strategy the plugin answers Allocate with ``k8s.device-plugin.nv
 devices, so it must also publish a spec of that kind, as NVIDIA's plugin does
 (``/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json``); the toolkit's ``nvidia.com/gpu`` spec is
 for the runtime class and management containers. Both are built by the same code
-(``agents.toolkit.cdi``), so a device's nodes and the driver's files are the same in either.
+(``agents.shared.cdi``), so a device's nodes and the driver's files are the same in either.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from gpu_operator.agents.deviceplugin.config import Settings
 from gpu_operator.agents.deviceplugin.response import CDI_KIND
 from gpu_operator.agents.runtime import AgentContext
-from gpu_operator.agents.toolkit import cdi
-from gpu_operator.agents.toolkit.files import write_atomic
+from gpu_operator.agents.shared import cdi
+from gpu_operator.agents.shared.files import write_atomic
+from gpu_operator.agents.shared.pluginconfig import Settings
 from gpu_operator.gpu.backend import GpuBackend
 
 log = logging.getLogger(__name__)

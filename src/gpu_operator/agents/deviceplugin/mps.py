@@ -10,16 +10,12 @@ the resource out and says why (``gpu-operator agent mps-control-daemon`` runs th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
-from gpu_operator.agents.deviceplugin.config import Settings
-from gpu_operator.agents.deviceplugin.resources import Resource
+from gpu_operator.agents.shared.mpsready import ready_marker
+from gpu_operator.agents.shared.pluginconfig import Settings
+from gpu_operator.agents.shared.resources import Resource
 
-READY_MARKER = ".ready"
-
-
-def ready_marker(*, mps_root: str, resource: str) -> Path:
-    return Path(mps_root) / resource / READY_MARKER
+__all__ = ["readiness", "ready_marker", "split_ready"]
 
 
 def split_ready(resources: Sequence[Resource], settings: Settings) -> tuple[list[Resource], list[str]]:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from gpu_operator.agents.deviceplugin import mps
 from gpu_operator.agents.deviceplugin.allocation import Topology
-from gpu_operator.agents.deviceplugin.config import ConfigError, Settings
 from gpu_operator.agents.deviceplugin.health import HealthBook, XidPolicy
-from gpu_operator.agents.deviceplugin.resources import LayoutError, Resource, build_resources
 from gpu_operator.agents.deviceplugin.server import OPTIONS, ResourceServer
+from gpu_operator.agents.shared.pluginconfig import ConfigError, Settings
+from gpu_operator.agents.shared.resources import LayoutError, Resource, build_resources
 from gpu_operator.gpu.backend import GpuBackend, GpuError
 from gpu_operator.gpu.types import Device, MigDevice
 from gpu_operator.kubelet.paths import KUBELET_SOCKET_NAME

@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpu_operator.agents.deviceplugin.config import Settings
-from gpu_operator.agents.deviceplugin.resources import PluginDevice
+from gpu_operator.agents.shared.pluginconfig import Settings
+from gpu_operator.agents.shared.resources import PluginDevice
 
 CDI_KIND = "k8s.device-plugin.nvidia.com/gpu"
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"

@@ -17,10 +17,10 @@ from typing import Any
 import grpc
 
 from gpu_operator.agents.deviceplugin.allocation import AllocationError, Topology, preferred_allocation
-from gpu_operator.agents.deviceplugin.config import Settings
 from gpu_operator.agents.deviceplugin.health import HealthBook
-from gpu_operator.agents.deviceplugin.resources import Resource, socket_name
 from gpu_operator.agents.deviceplugin.response import ContainerAllocation, RequestError, allocate
+from gpu_operator.agents.shared.pluginconfig import Settings
+from gpu_operator.agents.shared.resources import Resource, socket_name
 from gpu_operator.kubelet.api.deviceplugin.v1beta1 import deviceplugin_pb2 as dp
 from gpu_operator.kubelet.api.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
 from gpu_operator.kubelet.paths import HEALTHY, UNHEALTHY, unix_target

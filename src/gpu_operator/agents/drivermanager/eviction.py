@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from functools import partial
 
-from gpu_operator.agents.drivermanager.cluster import Eviction, NodeCluster, PodInfo
-from gpu_operator.agents.drivermanager.operands import Clock, Sleep
+from gpu_operator.agents.shared.cluster import Eviction, NodeCluster, PodInfo
+from gpu_operator.agents.shared.operands import Clock, Sleep
 from gpu_operator.runtime.periodic import attempt
 
 DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"

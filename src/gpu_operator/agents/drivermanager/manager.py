@@ -25,11 +25,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpu_operator.agents.drivermanager.cluster import NodeCluster, cluster_of
 from gpu_operator.agents.drivermanager.eviction import EvictionError, EvictionOptions
-from gpu_operator.agents.drivermanager.operands import DRIVER_PAUSE, Clock
 from gpu_operator.agents.drivermanager.steps import DriverManagerError, Steps, driver_host
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.cluster import NodeCluster, cluster_of
+from gpu_operator.agents.shared.operands import DRIVER_PAUSE, Clock
 
 log = logging.getLogger(__name__)
 PREINSTALLED_LABEL = "nvidia.com/gpu.deploy.driver"

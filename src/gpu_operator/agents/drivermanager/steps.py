@@ -13,10 +13,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from gpu_operator.agents.drivermanager.cluster import NodeCluster
 from gpu_operator.agents.drivermanager.eviction import EvictionError, drain, evict_gpu_pods
 from gpu_operator.agents.drivermanager.modules import DriverHost, HostDriver, ModuleError, SimulatedDriver, unload_all
-from gpu_operator.agents.drivermanager.operands import (
+from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.cluster import NodeCluster
+from gpu_operator.agents.shared.operands import (
     DRIVER_OPERANDS,
     DRIVER_PAUSE,
     Clock,
@@ -25,7 +26,6 @@ from gpu_operator.agents.drivermanager.operands import (
     restore_changes,
     wait_for_pods_gone,
 )
-from gpu_operator.agents.runtime import AgentContext
 
 if TYPE_CHECKING:
     from gpu_operator.agents.drivermanager.manager import ManagerSettings

@@ -1,6 +1,6 @@
 """One collection: counter CSV (re-read when it changed), backend reading, pod attribution, rendering.
 
-The result is a :class:`~gpu_operator.agents.exporter.httpserver.Page` that every scrape until the
+The result is a :class:`~gpu_operator.agents.shared.httpserver.Page` that every scrape until the
 next collection serves as is, so a scrape costs no GPU call, no kubelet call and no rendering, and
 the GPU backend is read once per interval however many Prometheus servers scrape.
 
@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpu_operator.agents.exporter.counters import CounterSet, CsvError, Entity, default_counters, parse_counters
-from gpu_operator.agents.exporter.httpserver import METRICS_CONTENT_TYPE, Page
 from gpu_operator.agents.exporter.pods import PodMapper
 from gpu_operator.agents.exporter.render import render
+from gpu_operator.agents.shared.httpserver import METRICS_CONTENT_TYPE, Page
 from gpu_operator.gpu.backend import GpuBackend, GpuError, GpuLostError
 from gpu_operator.gpu.types import Device
 

@@ -19,24 +19,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from gpu_operator.agents.exporter.render import PodRef
-from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.kubelet.allocation import PodDevices
-from gpu_operator.kubelet.paths import POD_RESOURCES_SOCKET
 
 log = logging.getLogger(__name__)
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 Attribution = Mapping[str, Sequence[PodRef]]
-
-
-def pod_resources_socket(ctx: AgentContext, *, variable: str) -> Path:
-    """The PodResources socket: ``variable`` (a container path) when set, else the context's own socket
-    (simulated nodes have one each), else the kubelet's standard path inside the container."""
-    configured = ctx.env.get(variable)
-    if configured:
-        return ctx.path(configured)
-    own = getattr(ctx, "pod_resources_socket", None)
-    return Path(own) if own else ctx.path(str(POD_RESOURCES_SOCKET))
 
 
 def device_keys(device_id: str, *, mig_keys: Mapping[str, str]) -> list[str]:

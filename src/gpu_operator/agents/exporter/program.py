@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_operator.agents.exporter.collector import Collector, CounterSource
-from gpu_operator.agents.exporter.httpserver import HttpServer, Page
-from gpu_operator.agents.exporter.pods import PodMapper, pod_resources_socket
+from gpu_operator.agents.exporter.pods import PodMapper
 from gpu_operator.agents.exporter.webconfig import load_web_config
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.httpserver import HttpServer, Page, parse_listen
+from gpu_operator.agents.shared.podresources import pod_resources_socket
 
 DEFAULT_LISTEN = ":9400"
 DEFAULT_INTERVAL_MS = 30000
@@ -39,14 +40,6 @@ INDEX = b"<html><head><title>GPU exporter</title></head><body><a href='/metrics'
 
 def true(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def parse_listen(text: str, *, variable: str = "DCGM_EXPORTER_LISTEN") -> tuple[str, int]:
-    """``host:port`` / ``:port`` / ``[v6]:port`` -> (host, port); an empty host listens everywhere."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"{variable}: not an address: {text!r} (expected e.g. :9400 or 127.0.0.1:9400)")
-    return host.strip("[]"), int(port)
 
 
 @dataclass(frozen=True, kw_only=True)

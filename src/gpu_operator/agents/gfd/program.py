@@ -17,11 +17,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpu_operator.agents.deviceplugin.config import ConfigError, Settings
-from gpu_operator.agents.deviceplugin.program import NamedConfigs
 from gpu_operator.agents.gfd.labels import NodeView, compute_labels, stale_keys
 from gpu_operator.agents.gfd.nodefeature import NodeFeatureAccess, node_feature, use_node_feature_api
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.nodeconfig import NamedConfigs
+from gpu_operator.agents.shared.pluginconfig import ConfigError, Settings
 from gpu_operator.gpu.backend import GpuBackend, GpuError
 from gpu_operator.runtime.loop import LoopStats
 from gpu_operator.runtime.periodic import every

@@ -21,8 +21,6 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from gpu_operator.agents.drivermanager.cluster import cluster_of
-from gpu_operator.agents.drivermanager.operands import MIG_PAUSE, paused, restore_changes
 from gpu_operator.agents.host import resolve_under
 from gpu_operator.agents.migmanager.config import MigConfigError, MigConfigs, load
 from gpu_operator.agents.migmanager.defaults import default_configs
@@ -35,6 +33,8 @@ from gpu_operator.agents.migmanager.reconfigure import (
     Reconfigure,
 )
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.cluster import cluster_of
+from gpu_operator.agents.shared.operands import MIG_PAUSE, paused, restore_changes
 from gpu_operator.gpu.backend import GpuBackend
 from gpu_operator.runtime.periodic import every
 

@@ -20,8 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpu_operator.agents.drivermanager.cluster import NodeCluster
-from gpu_operator.agents.drivermanager.operands import (
+from gpu_operator.agents.migmanager.config import PROFILE, Entry, MigConfigError, Target, plan
+from gpu_operator.agents.runtime import NodeAccess
+from gpu_operator.agents.shared.cluster import NodeCluster
+from gpu_operator.agents.shared.operands import (
     MIG_OPERANDS,
     MIG_PAUSE,
     Clock,
@@ -31,8 +33,6 @@ from gpu_operator.agents.drivermanager.operands import (
     restore_changes,
     wait_for_pods_gone,
 )
-from gpu_operator.agents.migmanager.config import PROFILE, Entry, MigConfigError, Target, plan
-from gpu_operator.agents.runtime import NodeAccess
 from gpu_operator.gpu.backend import GpuBackend, GpuError
 from gpu_operator.gpu.mig import validate_geometry
 from gpu_operator.gpu.types import Device

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_operator.agents.deviceplugin.mps import READY_MARKER  # what the plugin waits for
+from gpu_operator.agents.shared.mpsready import READY_MARKER  # what the plugin waits for
 
 log = logging.getLogger(__name__)
 CONTROL = "nvidia-cuda-mps-control"

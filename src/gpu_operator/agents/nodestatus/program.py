@@ -18,11 +18,10 @@ import logging
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from gpu_operator.agents.exporter.httpserver import METRICS_CONTENT_TYPE, HttpServer, Page
-from gpu_operator.agents.exporter.program import parse_listen
 from gpu_operator.agents.runtime import AgentContext
-from gpu_operator.agents.validator.checks import ValidationError, allocatable_gpus
-from gpu_operator.agents.validator.status import OUTPUT_DIR, READY_FILES, StatusDir
+from gpu_operator.agents.shared.allocatable import AllocatableError, allocatable_gpus
+from gpu_operator.agents.shared.httpserver import METRICS_CONTENT_TYPE, HttpServer, Page, parse_listen
+from gpu_operator.agents.shared.validations import OUTPUT_DIR, READY_FILES, StatusDir
 
 log = logging.getLogger(__name__)
 PREFIX = "gpu_operator_node_"
@@ -89,7 +88,7 @@ class NodeStatusExporter:
             gpus, _ = await allocatable_gpus(self.ctx)
             devices = sum(gpus.values())
             self._device_error = None
-        except ValidationError as exc:
+        except AllocatableError as exc:
             if str(exc) != self._device_error:  # say it once per distinct problem, not every interval
                 log.warning("%s: device count unavailable: %s", self.name, exc)
                 self._device_error = str(exc)

@@ -1,4 +1,5 @@
-"""The CDI spec of a node's GPUs and MIG devices (kind ``nvidia.com/gpu``), as plain data.
+"""The CDI spec of a node's GPUs and MIG devices (kind ``nvidia.com/gpu``), as plain data; the toolkit
+and the device plugin (its own kind) build theirs with it.
 
 Devices are named by index (``"0"``; MIG ``"0:1"`` = GPU 0, its MIG device 1), by UUID (``GPU-...``,
 ``MIG-...``) and ``all``. Each carries its device nodes; what every GPU container needs (control

@@ -1,4 +1,4 @@
-"""Reading and replacing host configuration files safely.
+"""Reading and replacing host configuration files safely (the toolkit's runtime configs, CDI specs).
 
 Every write is atomic (a temporary file in the same directory, fsync, rename) and keeps the file's
 mode and owner; the content it replaces is saved next to it as ``<name>.gpu-operator.bak`` first,

@@ -1,4 +1,5 @@
-"""A small asyncio HTTP/1.1 server for metrics endpoints: GET/HEAD of pre-rendered pages.
+"""A small asyncio HTTP/1.1 server for metrics endpoints (the exporter's and the node status exporter's):
+GET/HEAD of pre-rendered pages, and :func:`parse_listen` for their listen addresses.
 
 Why not a framework: the exporter serves three fixed paths whose bodies are rendered once per
 collection interval, so a scrape is a dictionary lookup and one write. aiohttp is not a dependency
@@ -6,7 +7,8 @@ and would add ~15 MiB to a process meant to stay far below dcgm-exporter's 400-5
 ``http.server`` is thread-per-request and has no keep-alive worth the name. This module speaks
 just enough HTTP/1.1 for Prometheus and kubelet probes: persistent connections, ``Content-Length``
 bodies, gzip when the client accepts it (compressed once per page, not per scrape), optional TLS
-(an ``ssl.SSLContext``) and basic auth (``webconfig.BasicAuth``) on every path.
+(an ``ssl.SSLContext``) and basic auth (an :class:`Authenticator`, e.g. the exporter's
+``webconfig.BasicAuth``) on every path.
 """
 
 from __future__ import annotations
@@ -66,6 +68,14 @@ class Authenticator(Protocol):
 
 
 Routes = Mapping[str, Callable[[], Page]]
+
+
+def parse_listen(text: str, *, variable: str = "DCGM_EXPORTER_LISTEN") -> tuple[str, int]:
+    """``host:port`` / ``:port`` / ``[v6]:port`` -> (host, port); an empty host listens everywhere."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{variable}: not an address: {text!r} (expected e.g. :9400 or 127.0.0.1:9400)")
+    return host.strip("[]"), int(port)
 
 
 class HttpServer:

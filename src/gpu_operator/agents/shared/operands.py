@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from types import MappingProxyType
 
-from gpu_operator.agents.drivermanager.cluster import NodeCluster
+from gpu_operator.agents.shared.cluster import NodeCluster
 from gpu_operator.runtime.periodic import attempt
 
 DEPLOY = "nvidia.com/gpu.deploy."

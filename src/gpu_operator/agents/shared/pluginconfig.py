@@ -1,11 +1,11 @@
-"""The device plugin's config file (format v1, shared with feature discovery) and its settings.
+"""The device plugin's config file (format v1, read too by feature discovery and the MPS agent) and its settings.
 
 ``load_config`` parses YAML or JSON into :class:`ConfigFile` and refuses anything doubtful with an
 error naming the file and field: unknown keys, replicas below 2, both sharing modes at once, MPS with
 mixed MIG, resource names that are not ``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``. Upstream
 ignores several of these silently; we do not. ``Settings.resolve`` applies the precedence
 command line > environment > config file > default. Next: ``resources`` turns settings and devices
-into advertised resources.
+into advertised resources; ``nodeconfig`` picks the config file of a node.
 """
 
 from __future__ import annotations

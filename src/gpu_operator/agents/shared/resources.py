@@ -1,9 +1,11 @@
-"""From the node's GPUs and the settings to the resources the plugin advertises (pure).
+"""From the node's GPUs and the settings to the resources the plugin advertises (pure; the MPS agent
+starts a daemon for each MPS-shared one).
 
 MIG strategies map devices to resource names as upstream (``none``: whole GPUs; ``single``: identical
 MIG devices as ``nvidia.com/gpu``; ``mixed``: ``nvidia.com/mig-<profile>``); time-slicing and MPS
 replicate devices as ``<id>::<n>``. Invalid layouts raise :class:`LayoutError` with the upstream
-wording, so the plugin can refuse a config and keep serving the previous one. Next: ``allocation``.
+wording, so the plugin can refuse a config and keep serving the previous one. Next: the device plugin's
+``allocation``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpu_operator.agents.deviceplugin.config import Settings
+from gpu_operator.agents.shared.pluginconfig import Settings
 from gpu_operator.gpu.types import Device, MigDevice
 
 GPU_RESOURCE = "nvidia.com/gpu"

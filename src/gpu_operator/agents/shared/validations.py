@@ -1,4 +1,5 @@
-"""The status files under ``/run/nvidia/validations`` and waiting for them.
+"""The status files under ``/run/nvidia/validations`` and waiting for them (written by the validator,
+read by the node status exporter).
 
 Upstream's files: ``driver-ready`` (shell-sourceable ``KEY=value`` lines telling later operands where
 the driver root is), ``toolkit-ready``, ``cuda-ready``, ``plugin-ready`` (empty), and the driver

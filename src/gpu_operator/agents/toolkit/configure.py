@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpu_operator.agents.shared.files import ConfigFileError, read_text, remove, write_atomic
 from gpu_operator.agents.toolkit import containerd, crio, docker, k3s
 from gpu_operator.agents.toolkit.containerd import ContainerdSettings, Previous
-from gpu_operator.agents.toolkit.files import ConfigFileError, read_text, remove, write_atomic
 from gpu_operator.agents.toolkit.settings import ToolkitSettings
 from gpu_operator.agents.toolkit.tomledit import parse
 

@@ -27,7 +27,7 @@ import tomlkit
 from tomlkit.items import Array, Table
 from tomlkit.toml_document import TOMLDocument
 
-from gpu_operator.agents.toolkit.files import ConfigFileError
+from gpu_operator.agents.shared.files import ConfigFileError
 from gpu_operator.agents.toolkit.tomledit import (
     add_table,
     copy_table,

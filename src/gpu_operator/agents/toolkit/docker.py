@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_operator.agents.shared.files import ConfigFileError
 from gpu_operator.agents.toolkit.containerd import ABSENT, Previous, Runtime
-from gpu_operator.agents.toolkit.files import ConfigFileError
 
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")

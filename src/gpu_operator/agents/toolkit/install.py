@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from gpu_operator.agents.toolkit.files import write_atomic
+from gpu_operator.agents.shared.files import write_atomic
 from gpu_operator.agents.toolkit.settings import ToolkitSettings
 
 HEADER = "# Written by the GPU operator's container toolkit; rewritten on every start: do not edit.\n"

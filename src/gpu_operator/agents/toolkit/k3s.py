@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import tomlkit
 
+from gpu_operator.agents.shared.files import ConfigFileError
 from gpu_operator.agents.toolkit.containerd import CRI_PLUGIN, ContainerdSettings, runtime_names
-from gpu_operator.agents.toolkit.files import ConfigFileError
 from gpu_operator.agents.toolkit.tomledit import parse
 
 BEGIN = "# BEGIN nvidia runtimes: managed by the GPU operator's container toolkit, removed on uninstall"

@@ -20,8 +20,9 @@ import os
 from pathlib import Path
 
 from gpu_operator.agents.runtime import AgentContext
-from gpu_operator.agents.toolkit import cdi, configure, install
-from gpu_operator.agents.toolkit.files import ConfigFileError, remove, write_atomic
+from gpu_operator.agents.shared import cdi
+from gpu_operator.agents.shared.files import ConfigFileError, remove, write_atomic
+from gpu_operator.agents.toolkit import configure, install
 from gpu_operator.agents.toolkit.settings import SettingsError, ToolkitSettings, settings_from_env
 from gpu_operator.gpu.backend import GpuBackend, GpuError
 

@@ -19,7 +19,7 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import Item, String, StringType, Table, Whitespace
 from tomlkit.toml_document import TOMLDocument
 
-from gpu_operator.agents.toolkit.files import ConfigFileError
+from gpu_operator.agents.shared.files import ConfigFileError
 
 # A marker no hand-written comment carries: lines starting with it are template directives we masked.
 _MASK = "#@@gpu-operator-template@@"

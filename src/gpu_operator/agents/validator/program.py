@@ -21,14 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gpu_operator.agents.runtime import AgentContext
-from gpu_operator.agents.validator.checks import (
-    ValidationError,
-    check_cuda,
-    check_driver,
-    check_plugin,
-    check_toolkit_files,
-)
-from gpu_operator.agents.validator.status import (
+from gpu_operator.agents.shared.validations import (
     DRIVER_CONTAINER_READY,
     DRIVER_READY,
     OUTPUT_DIR,
@@ -40,6 +33,13 @@ from gpu_operator.agents.validator.status import (
     driver_ready_content,
     file_check,
     wait_until,
+)
+from gpu_operator.agents.validator.checks import (
+    ValidationError,
+    check_cuda,
+    check_driver,
+    check_plugin,
+    check_toolkit_files,
 )
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_operator.agents.toolkit.cdi import mig_cap_minors
+from gpu_operator.agents.shared.cdi import mig_cap_minors
 from gpu_operator.gpu.catalog import NodeProfile
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.sim.fakedriver.build import FakeDriverBuild
