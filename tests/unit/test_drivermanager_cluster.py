@@ -7,10 +7,8 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import pytest
-
-from gpu_operator.agents.drivermanager.cluster import Eviction, NodeInfo, PodInfo, pod_info
-from gpu_operator.agents.drivermanager.operands import (
+from gpu_operator.agents.shared.cluster import Eviction, NodeInfo, PodInfo, pod_info
+from gpu_operator.agents.shared.operands import (
     DRIVER_PAUSE,
     MIG_PAUSE,
     pause_changes,
@@ -19,8 +17,6 @@ from gpu_operator.agents.drivermanager.operands import (
     wait_for_pods_gone,
 )
 from tests.unit.fake_context import FakeNode
-
-pytestmark = pytest.mark.unit
 
 
 @dataclass
@@ -171,7 +167,7 @@ def test_pod_info_recognises_gpu_pods() -> None:
         "status": {"phase": "Running"},
     }
     info = pod_info(pod)
-    assert (info.gpu, info.owner_kind, info.empty_dir, info.deleting) == (True, "ReplicaSet", True, False)
+    assert (info.gpu, info.owner_kind, info.empty_dir, info.terminating) == (True, "ReplicaSet", True, False)
     assert pod_info({"metadata": {"name": "q"}, "spec": {"containers": [{}]}}).gpu is False
 
 

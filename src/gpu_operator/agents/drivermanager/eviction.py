@@ -16,9 +16,8 @@ from functools import partial
 
 from gpu_operator.agents.shared.cluster import Eviction, NodeCluster, PodInfo
 from gpu_operator.agents.shared.operands import Clock, Sleep
+from gpu_operator.names.pods import drain_candidates, gpu_pods, refusal
 from gpu_operator.runtime.periodic import attempt
-
-DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
 
 
 class EvictionError(Exception):
@@ -36,23 +35,16 @@ class EvictionOptions:
     interval: float = 1.0
 
 
-def gpu_pods(pods: list[PodInfo]) -> list[PodInfo]:
-    return [p for p in pods if p.gpu and p.phase in ("Running", "Pending") and p.owner_kind != "DaemonSet"]
-
-
 def _drainable(pods: list[PodInfo], options: EvictionOptions) -> tuple[list[PodInfo], list[str]]:
-    chosen, refused = [], []
-    for pod in pods:
-        if pod.owner_kind == "DaemonSet" or pod.labels.get(DRAIN_SKIP_LABEL) == "true":
-            continue
-        if pod.phase in ("Succeeded", "Failed"):
-            continue
-        if not pod.owner_kind and not options.drain_force:
-            refused.append(f"{pod.namespace}/{pod.name} (not managed by a controller; drain with force)")
-        elif pod.empty_dir and not options.drain_delete_empty_dir:
-            refused.append(f"{pod.namespace}/{pod.name} (has emptyDir data; drain with delete-emptydir-data)")
-        else:
-            chosen.append(pod)
+    """The pods a drain moves (terminating ones included: they are not gone yet), and refusals."""
+    chosen = drain_candidates(pods)
+    refused = [
+        r
+        for p in chosen
+        if not p.terminating
+        and (r := refusal(p, force=options.drain_force, empty_dir=options.drain_delete_empty_dir,
+                          force_hint="drain with force", empty_dir_hint="drain with delete-emptydir-data"))
+    ]  # fmt: skip
     return chosen, refused
 
 
@@ -73,7 +65,7 @@ async def _evict_until_gone(
                 return
             blocked = set()
             for namespace, name in left:
-                if present[(namespace, name)].deleting:
+                if present[(namespace, name)].terminating:
                     continue  # evicted: terminating within its grace period
                 evicted = await attempt(partial(cluster.evict, namespace=namespace, name=name), name=what)
                 if evicted.value is Eviction.BLOCKED:
