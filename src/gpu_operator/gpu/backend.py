@@ -87,3 +87,20 @@ class GpuBackend(Protocol):
     def close(self) -> None:
         """Release the backend (NVML shutdown); idempotent. Other calls then raise GpuError."""
         ...
+
+
+@runtime_checkable
+class ResettableBackend(Protocol):
+    """A backend that resets a GPU itself (the simulated one: ``nvidia-smi -r`` without a host)."""
+
+    def reset_gpu(self, index: int) -> None: ...
+
+
+@runtime_checkable
+class LoadableBackend(Protocol):
+    """A backend whose driver can be loaded, unloaded and replaced in place (the simulated one), so
+    the driver manager and driver agent act on it instead of on a host's kernel modules."""
+
+    def set_present(self, present: bool) -> None: ...
+
+    def set_driver_version(self, version: str) -> None: ...

@@ -26,6 +26,7 @@ from gpu_operator.agents.shared.operands import (
     restore_changes,
     wait_for_pods_gone,
 )
+from gpu_operator.gpu.backend import LoadableBackend
 
 if TYPE_CHECKING:
     from gpu_operator.agents.drivermanager.manager import ManagerSettings
@@ -43,13 +44,11 @@ class DriverManagerError(Exception):
 
 def driver_host(ctx: AgentContext) -> DriverHost:
     """The simulated driver host when the GPU backend can load and unload itself, else the real one."""
-    set_present = getattr(ctx.gpu, "set_present", None)
-    if callable(set_present):
-        set_version = getattr(ctx.gpu, "set_driver_version", None)
+    if isinstance(ctx.gpu, LoadableBackend):
         return SimulatedDriver(
             host_root=ctx.host_path("/"),
-            set_present=set_present,
-            set_version=set_version if callable(set_version) else None,
+            set_present=ctx.gpu.set_present,
+            set_version=ctx.gpu.set_driver_version,
             load_seconds=float(ctx.env.get("SIMULATED_MODULE_LOAD_SECONDS", "0")),
         )
     return HostDriver(

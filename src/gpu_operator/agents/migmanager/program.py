@@ -35,7 +35,7 @@ from gpu_operator.agents.migmanager.reconfigure import (
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import cluster_of
 from gpu_operator.agents.shared.operands import MIG_PAUSE, paused, restore_changes
-from gpu_operator.gpu.backend import GpuBackend
+from gpu_operator.gpu.backend import GpuBackend, ResettableBackend
 from gpu_operator.runtime.periodic import every
 
 log = logging.getLogger(__name__)
@@ -78,9 +78,8 @@ class BackendReset:
 
 
 def resetter(ctx: AgentContext) -> GpuReset:
-    reset_gpu = getattr(ctx.gpu, "reset_gpu", None)
-    if callable(reset_gpu):
-        return BackendReset(backend=ctx.gpu, reset_gpu=reset_gpu)
+    if isinstance(ctx.gpu, ResettableBackend):
+        return BackendReset(backend=ctx.gpu, reset_gpu=ctx.gpu.reset_gpu)
     host_root = ctx.host_path("/")
     # The driver's root as the node has it, through the host root (its symlinks followed there).
     driver_root = resolve_under(host_root, ctx.env.get("NVIDIA_DRIVER_ROOT") or "/")

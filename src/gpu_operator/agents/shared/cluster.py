@@ -11,12 +11,12 @@ pod and node views are ``kube.podview``'s.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.kube.podview import Eviction, NodeInfo, PodInfo, pod_info
 
-__all__ = ["Eviction", "NodeCluster", "NodeInfo", "PodInfo", "cluster_of", "pod_info"]
+__all__ = ["ClusterContext", "Eviction", "NodeCluster", "NodeInfo", "PodInfo", "cluster_of", "pod_info"]
 
 
 class NodeCluster(Protocol):
@@ -49,7 +49,15 @@ class NodeCluster(Protocol):
         ...
 
 
+@runtime_checkable
+class ClusterContext(Protocol):
+    """An agent context that gives node agents the cluster API beyond their Node (both real nodes'
+    ``HostContext`` and the simulator's contexts do)."""
+
+    @property
+    def cluster(self) -> NodeCluster | None: ...
+
+
 def cluster_of(ctx: AgentContext) -> NodeCluster | None:
-    """``ctx.cluster`` when the context provides one (real nodes and simulated nodes do)."""
-    found: NodeCluster | None = getattr(ctx, "cluster", None)
-    return found
+    """``ctx.cluster`` when the context provides one."""
+    return ctx.cluster if isinstance(ctx, ClusterContext) else None

@@ -5,9 +5,18 @@ what is allocatable).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.kubelet.paths import POD_RESOURCES_SOCKET
+
+
+@runtime_checkable
+class OwnPodResources(Protocol):
+    """A context with a PodResources socket of its own (each simulated node has one)."""
+
+    @property
+    def pod_resources_socket(self) -> Path: ...
 
 
 def pod_resources_socket(ctx: AgentContext, *, variable: str) -> Path:
@@ -16,5 +25,6 @@ def pod_resources_socket(ctx: AgentContext, *, variable: str) -> Path:
     configured = ctx.env.get(variable)
     if configured:
         return ctx.path(configured)
-    own = getattr(ctx, "pod_resources_socket", None)
-    return Path(own) if own else ctx.path(str(POD_RESOURCES_SOCKET))
+    if isinstance(ctx, OwnPodResources):
+        return Path(ctx.pod_resources_socket)
+    return ctx.path(str(POD_RESOURCES_SOCKET))
