@@ -68,8 +68,16 @@ test: $(STAMP) kube-bin node-bin nfd-bin prometheus containerd-bin lint ## Lint,
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
 
 .PHONY: test-unit
-test-unit: $(STAMP) prometheus ## Only the fast tiers (unit, golden)
-	$(BIN)/pytest -m 'unit or golden' $(PYTEST_ARGS)
+test-unit: $(STAMP) prometheus ## Only the fast tiers: unit (no sockets, 2 s a test) and golden
+	$(BIN)/pytest tests/unit tests/golden $(PYTEST_ARGS)
+
+.PHONY: test-contract
+test-contract: $(STAMP) ## The contract tier: fake driver and NVML, gRPC and HTTP servers on local sockets
+	$(BIN)/pytest tests/contract $(PYTEST_ARGS)
+
+.PHONY: golden
+golden: $(STAMP) prometheus ## Regenerate the golden files (review the diff before committing)
+	GPU_OPERATOR_UPDATE_GOLDEN=1 $(BIN)/pytest tests/golden $(PYTEST_ARGS)
 
 .PHONY: bench
 bench: $(STAMP) kube-bin ## Run the benchmarks and write BENCHMARKS.md

@@ -12,8 +12,6 @@ from tests.contract.checks import CHECKS
 from tests.contract.conftest import RunPython
 from tests.contract.harness import SimHarness
 
-pytestmark = pytest.mark.unit
-
 # MIG with a reset-needing A100 on PCIe; an 8-GPU NVSwitch H100 node; PCIe-only L4s without MIG.
 PROFILES = ["a100-mig", "dgx-h100", "pcie-l4"]
 

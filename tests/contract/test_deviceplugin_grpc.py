@@ -13,16 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from gpu_operator.agents.deviceplugin.config import ConfigError, Settings, parse_config
 from gpu_operator.agents.deviceplugin.plugin import DevicePlugin
+from gpu_operator.agents.shared.pluginconfig import ConfigError, Settings, parse_config
 from gpu_operator.gpu.types import HealthEvent
 from gpu_operator.kubelet.api.deviceplugin.v1beta1 import deviceplugin_pb2 as dp
 from gpu_operator.kubelet.plugin_client import DevicePluginClient, DevicePluginError
 from gpu_operator.kubelet.registration import RegistrationServer
 from tests.unit.fake_backend import FakeBackend
 from tests.unit.gpu_fixtures import gpu, nvswitch_links
-
-pytestmark = pytest.mark.unit
 
 TIME_SLICING = "sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 4}]}}"
 

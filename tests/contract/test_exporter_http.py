@@ -18,10 +18,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from gpu_operator.agents.exporter import webconfig
-from gpu_operator.agents.exporter.httpserver import METRICS_CONTENT_TYPE, HttpServer, Page
 from gpu_operator.agents.exporter.webconfig import WebConfigError, load_web_config
-
-pytestmark = pytest.mark.unit
+from gpu_operator.agents.shared.httpserver import METRICS_CONTENT_TYPE, HttpServer, Page
 
 BODY = b"# HELP x y\n# TYPE x gauge\nx 1\n" * 50
 

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from gpu_operator.agents.exporter.pods import PodMapper, attribution, device_keys, pod_resources_socket
+from gpu_operator.agents.exporter.pods import PodMapper, attribution, device_keys
 from gpu_operator.agents.exporter.render import PodRef
+from gpu_operator.agents.shared.podresources import pod_resources_socket
 from gpu_operator.kubelet.allocation import ContainerDevices, PodDevices, ResourceDevices
 from gpu_operator.kubelet.podresources import PodResourcesServer
 from tests.unit.fake_backend import FakeBackend
 from tests.unit.fake_context import FakeContext
-
-pytestmark = pytest.mark.unit
 
 GPU0 = "GPU-00000000-1111-2222-3333-444444444444"
 GPU1 = "GPU-00000001-1111-2222-3333-444444444444"

@@ -14,15 +14,14 @@ import httpx
 import pytest
 
 from gpu_operator.agents.exporter import program
-from gpu_operator.agents.exporter.program import Exporter, Settings, parse_listen
+from gpu_operator.agents.exporter.program import Exporter, Settings
+from gpu_operator.agents.shared.httpserver import parse_listen
 from gpu_operator.gpu.catalog import node_profile
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.gpu.types import Sample
 from gpu_operator.kubelet.allocation import ContainerDevices, PodDevices, ResourceDevices
 from gpu_operator.kubelet.podresources import PodResourcesServer
 from tests.unit.fake_context import FakeContext
-
-pytestmark = pytest.mark.unit
 
 
 class CountingBackend(SimulatedBackend):

@@ -19,8 +19,6 @@ from gpu_operator.sim.fakedriver.build import FakeDriverBuild, compile_into
 from gpu_operator.sim.fakedriver.install import FakeDriver, install
 from tests.contract.fakenvml import REPO
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(scope="module")
 def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -24,7 +24,6 @@ from gpu_operator.sim.fakedriver.image import layer_tree
 from gpu_operator.sim.fakedriver.install import FakeDriver
 from tests.contract.fakenvml import REPO
 
-pytestmark = pytest.mark.unit
 OLD, NEW = "580.95.05", "595.91.07"
 
 

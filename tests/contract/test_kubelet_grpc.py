@@ -36,8 +36,6 @@ from gpu_operator.kubelet.podresources import (
 )
 from gpu_operator.kubelet.registration import RegistrationError, RegistrationServer, check_resource_name, register
 
-pytestmark = pytest.mark.unit
-
 _api: Any = dp_grpc
 
 

@@ -21,8 +21,6 @@ from gpu_operator.sim.fakedriver.build import compile_into
 from tests.contract.fakenvml import REPO
 from tests.unit.fake_context import FakeContext, FakeNode
 
-pytestmark = pytest.mark.unit
-
 MPS_CONFIG = "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
 
 

@@ -13,11 +13,9 @@ import pytest
 
 from gpu_operator.agents.nodestatus import program
 from gpu_operator.agents.nodestatus.program import NodeStatusExporter, render_status
-from gpu_operator.agents.validator.status import StatusDir
+from gpu_operator.agents.shared.validations import StatusDir
 from tests.unit.fake_backend import FakeBackend
 from tests.unit.fake_context import FakeContext, FakeNode
-
-pytestmark = pytest.mark.unit
 
 
 @dataclass

@@ -9,11 +9,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import pytest
-
 from tests.contract.conftest import RunPython
-
-pytestmark = pytest.mark.unit
 
 PRELUDE = "from gpu_operator.gpu.nvml import NvmlBackend\nfrom gpu_operator.gpu import nvml_lib\nimport ctypes\n"
 

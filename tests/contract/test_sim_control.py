@@ -15,8 +15,6 @@ import pytest
 from gpu_operator.localcluster.state import process_start_time
 from gpu_operator.sim.control import ControlError, SimState, handle, read_state, request, serve, write_state
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def state_dir() -> Iterator[Path]:

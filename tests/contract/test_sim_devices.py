@@ -20,8 +20,6 @@ from gpu_operator.sim.devices import AdmissionError, DeviceManager
 from gpu_operator.sim.gpuplugin import RESOURCE, SOCKET_NAME, SimGpuPlugin
 from gpu_operator.sim.heartbeat import Beat, Heartbeat
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def short_dir() -> Iterator[Path]:

@@ -22,8 +22,6 @@ from gpu_operator.kubelet.allocation import PodDevices, ResourceDevices
 from gpu_operator.kubelet.podresources import PodResourcesServer
 from tests.unit.fake_context import FakeContext, FakeNode
 
-pytestmark = pytest.mark.unit
-
 CDI_SPEC = """cdiVersion: 0.6.0
 kind: nvidia.com/gpu
 devices:

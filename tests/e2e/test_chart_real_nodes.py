@@ -40,8 +40,6 @@ from tests.chart_checks import exists, operator_pods, policy_state
 from tests.conftest import REPO
 from tests.e2e.conftest import ProductImage
 
-pytestmark = pytest.mark.e2e
-
 JSON = dict[str, Any]
 CHART = REPO / "deploy" / "helm" / "gpu-operator"
 #: The chart's ClusterPolicy with every GPU operand off: these nodes have no GPU (issue 2/10 adds one).

@@ -20,8 +20,6 @@ from gpu_operator.localcluster.waiting import wait_for
 from tests.conftest import REPO
 from tests.e2e.conftest import HostSnapshot, ProductImage, assert_host_restored
 
-pytestmark = pytest.mark.e2e
-
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     argv = [str(Path(sys.executable).parent / "gpu-operator"), *args]

@@ -19,8 +19,6 @@ from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.nodes.binaries import ENV_NODE_BIN_DIR, NodeBinaries
 from tests.e2e.conftest import HostSnapshot, ProductImage, assert_host_restored
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.mark.timeout(900)
 def test_the_real_node_demo_runs_every_step(

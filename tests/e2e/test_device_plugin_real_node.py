@@ -26,8 +26,6 @@ from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.fakedriver.nodes import node_setup
 from tests.e2e.conftest import ProductImage
 
-pytestmark = pytest.mark.e2e
-
 JSON = dict[str, Any]
 NODE = "real-node-1"
 DRIVER_ROOT = "/run/nvidia/driver"

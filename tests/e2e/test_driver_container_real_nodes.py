@@ -46,8 +46,6 @@ from tests.e2e.conftest import ProductImage
 from tests.e2e.gpu_pods import allocatable, driver_version_seen, gpu_deployment, gpu_pod, pod_log, seen_gpus
 from tests.e2e.installs import NAMESPACE, all_ready, install_until_ready
 
-pytestmark = pytest.mark.e2e
-
 JSON = dict[str, Any]
 PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
 GPUS = {"real-node-1": 8, "real-node-2": 2}

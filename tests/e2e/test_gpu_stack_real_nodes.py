@@ -51,8 +51,6 @@ from tests.e2e.gpu_pods import allocatable, gpu_pod, seen_gpus
 from tests.e2e.installs import NAMESPACE, all_ready, daemonsets, install_until_ready
 from tests.prometheus import Prometheus
 
-pytestmark = pytest.mark.e2e
-
 JSON = dict[str, Any]
 PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
 GPUS = {"real-node-1": 8, "real-node-2": 2}

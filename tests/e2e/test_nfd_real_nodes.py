@@ -34,8 +34,6 @@ from tests.e2e.conftest import ProductImage
 from tests.e2e.gpu_pods import allocatable
 from tests.e2e.installs import NAMESPACE, install_until_ready
 
-pytestmark = pytest.mark.e2e
-
 JSON = dict[str, Any]
 NFD_NAMESPACE = "node-feature-discovery"
 NFD_GPU_LABEL = "feature.node.kubernetes.io/pci-0302_10de.present"

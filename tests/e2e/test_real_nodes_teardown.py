@@ -33,8 +33,6 @@ from gpu_operator.localcluster.waiting import wait_for
 from tests.conftest import REPO
 from tests.e2e.conftest import HostSnapshot, assert_host_restored
 
-pytestmark = pytest.mark.e2e
-
 CHILD = textwrap.dedent(
     """
     import json, sys, time

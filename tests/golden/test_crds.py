@@ -11,8 +11,6 @@ from gpu_operator.api.crd import crds
 from gpu_operator.cli.api_commands import render_crd_files
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.golden
-
 CRD_DIR = REPO / "deploy" / "crds"
 
 

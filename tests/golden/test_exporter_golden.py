@@ -28,8 +28,6 @@ from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.kubelet.allocation import ContainerDevices, PodDevices, ResourceDevices
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.golden
-
 GOLDEN = REPO / "tests/golden/data/exporter/dgx-h100.prom"
 NAMING_LINTS = (
     re.compile(r"^\S+ counter metrics should have \"_total\" suffix$"),

@@ -7,13 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from gpu_operator.kubelet.api.deviceplugin.v1beta1 import deviceplugin_pb2 as dp
 from gpu_operator.kubelet.api.podresources.v1 import podresources_pb2 as pr
 from tests.conftest import REPO
-
-pytestmark = pytest.mark.golden
 
 API = Path("gpu_operator") / "kubelet" / "api"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")

@@ -13,8 +13,6 @@ import yaml
 from gpu_operator.render.rbac import operator_rules
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.golden
-
 CHART = REPO / "deploy" / "helm" / "gpu-operator"
 
 

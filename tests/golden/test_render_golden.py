@@ -25,8 +25,6 @@ from gpu_operator.render import ClusterFacts, OperatorSettings, facts_from_nodes
 from gpu_operator.render.facts import NodeInfo
 from tests.conftest import REPO, SAMPLES
 
-pytestmark = pytest.mark.golden
-
 DATA = REPO / "tests" / "golden" / "data" / "render"
 INPUTS = DATA / "inputs"
 AGENT_IMAGE = "ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"

@@ -20,8 +20,6 @@ from gpu_operator.render.catalog import STATES
 from gpu_operator.render.meta import HASH_ANNOTATION, MANAGED_BY, PART_OF, STATE_LABEL
 from tests.golden.test_render_golden import SCENARIOS, Scenario, rendered_objects
 
-pytestmark = pytest.mark.golden
-
 # The Prometheus Operator's kind is not in lightkube-models: register it as a generic resource.
 create_namespaced_resource("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors")
 

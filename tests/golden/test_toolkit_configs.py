@@ -3,8 +3,8 @@ and drop-in), containerd v3 (its imports already cover conf.d, so only the drop-
 place, keeping literal strings), a k3s ``config.toml.tmpl``, CRI-O and Docker.
 
 For every case: the output equals the committed file, a second run writes nothing, and uninstalling
-gives back the input byte for byte. ``UPDATE_GOLDEN=1`` rewrites the expected files after a deliberate
-change (review the diff before committing).
+gives back the input byte for byte. ``GPU_OPERATOR_UPDATE_GOLDEN=1`` (``make golden``) rewrites the
+expected files after a deliberate change (review the diff before committing).
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ from gpu_operator.agents.toolkit.settings import settings_from_env
 from gpu_operator.gpu.null import NullBackend
 from tests.unit.fake_context import FakeContext
 
-pytestmark = pytest.mark.golden
-
 DATA = Path(__file__).parent / "data" / "toolkit"
-UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+UPDATE = os.environ.get("GPU_OPERATOR_UPDATE_GOLDEN") == "1"
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,6 @@ import pytest
 from tests.contract.checks import CHECKS
 from tests.contract.harness import RealHarness
 
-pytestmark = pytest.mark.gpu
-
 SAFE = sorted(name for name, check in CHECKS.items() if not check.needs_faults)
 
 

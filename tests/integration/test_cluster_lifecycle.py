@@ -26,8 +26,6 @@ from gpu_operator.localcluster.process import ProcessStartError
 from gpu_operator.localcluster.state import ClusterState, process_alive, read_state, reap
 from gpu_operator.localcluster.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 
 def _up(state_dir: Path, local_cluster: LocalCluster) -> ClusterState:
     env = {"GPU_OPERATOR_KUBE_BIN_DIR": str(local_cluster.binaries.bin_dir)}

@@ -29,7 +29,6 @@ from gpu_operator.localcluster.fakenode import FakeNode
 from gpu_operator.localcluster.kubeconfig import KubeconfigUser, kubeconfig_dict
 from gpu_operator.localcluster.waiting import wait_for
 
-pytestmark = pytest.mark.integration
 FakeNodeFactory = Callable[..., FakeNode]
 
 GROUP = "tests.gpu-operator.local"

@@ -16,8 +16,6 @@ from gpu_operator.kube.crds import install_crds
 from gpu_operator.localcluster.cluster import LocalCluster
 from tests.conftest import INVALID, SAMPLES
 
-pytestmark = pytest.mark.integration
-
 PLURAL = {"ClusterPolicy": "clusterpolicies", "NVIDIADriver": "nvidiadrivers"}
 
 

@@ -21,8 +21,6 @@ from gpu_operator.sim.context import ProgramContext
 from gpu_operator.sim.simulator import Simulator
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
-pytestmark = pytest.mark.integration
-
 JSON = dict[str, Any]
 GPU = "nvidia.com/gpu"
 CONFIGS = {

@@ -25,8 +25,6 @@ from gpu_operator.sim.simulator import Simulator
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 from tests.integration.test_migmanager_sim import ClusterContext, agent_pod, with_cluster
 
-pytestmark = pytest.mark.integration
-
 JSON = dict[str, Any]
 DP = "nvidia.com/gpu.deploy.device-plugin"
 TK = "nvidia.com/gpu.deploy.container-toolkit"

@@ -35,8 +35,6 @@ from gpu_operator.sim.simulator import Simulator
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 from tests.prometheus import Prometheus, free_port
 
-pytestmark = pytest.mark.integration
-
 JSON = dict[str, Any]
 CSV_PATH = "/etc/dcgm-exporter/dcgm-metrics.csv"
 FIRST_CSV = "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilisation.\nDCGM_FI_DEV_FB_USED, gauge, Used framebuffer.\n"

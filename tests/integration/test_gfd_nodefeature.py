@@ -16,8 +16,6 @@ from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.agents import agent_registry
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
-pytestmark = pytest.mark.integration
-
 NodeFeature = create_namespaced_resource("nfd.k8s-sigs.io", "v1alpha1", "NodeFeature", "nodefeatures")
 # A stand-in for NFD's own CRD: enough for the API server to store NodeFeature objects.
 CRD: dict[str, Any] = {

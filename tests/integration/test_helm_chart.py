@@ -27,8 +27,6 @@ from gpu_operator.render import ClusterFacts, OperatorSettings, render
 from gpu_operator.render.rbac import operator_rules
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.integration
-
 CHART = REPO / "deploy" / "helm" / "gpu-operator"
 KUBE_VERSION = "1.37.2"
 

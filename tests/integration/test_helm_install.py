@@ -34,8 +34,6 @@ from tests.chart_checks import POLICY, exists, operator_pods, policy_state
 from tests.conftest import REPO
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
-pytestmark = pytest.mark.integration
-
 JSON = dict[str, Any]
 CHART = REPO / "deploy" / "helm" / "gpu-operator"
 PROGRAMS = (

@@ -29,7 +29,7 @@ import yaml
 from tests.conftest import REPO
 
 # The module's builds run inside whichever test first asks for them: each test may pay for them.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 BUILD = REPO / "hack" / "image" / "build.py"
 CHART = REPO / "deploy" / "helm" / "gpu-operator"

@@ -7,7 +7,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import pytest
 from lightkube import AsyncClient, KubeConfig, codecs
 from lightkube.resources.core_v1 import ConfigMap
 
@@ -16,7 +15,6 @@ from gpu_operator.kube.slim import slim_metadata
 from gpu_operator.localcluster.binaries import ALL_BINARIES, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster
 
-pytestmark = pytest.mark.integration
 NAMESPACE = "default"
 
 

@@ -22,8 +22,6 @@ from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.reconcile.operator import LEASE_NAME, LEASE_SECONDS, RETRY_SECONDS
 from tests.integration.conftest_operator import OperatorThread
 
-pytestmark = pytest.mark.integration
-
 FAILOVER_TARGET = LEASE_SECONDS + RETRY_SECONDS  # 17 s
 
 

@@ -22,9 +22,9 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpu_operator.agents.deviceplugin import program as device_plugin
-from gpu_operator.agents.drivermanager.cluster import NodeCluster
 from gpu_operator.agents.migmanager import program as mig_manager
 from gpu_operator.agents.migmanager.reconfigure import REASON_ANNOTATION, STATE_LABEL
+from gpu_operator.agents.shared.cluster import NodeCluster
 from gpu_operator.agents.toolkit import program as toolkit
 from gpu_operator.gpu.backend import GpuBackend
 from gpu_operator.kube.nodecluster import LightkubeCluster
@@ -33,8 +33,6 @@ from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.context import NodeLabels, ProgramContext
 from gpu_operator.sim.simulator import Simulator
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
-
-pytestmark = pytest.mark.integration
 
 JSON = dict[str, Any]
 DP = "nvidia.com/gpu.deploy.device-plugin"

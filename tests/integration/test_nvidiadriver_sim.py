@@ -19,8 +19,6 @@ from tests.integration.conftest_operator import OperatorThread
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 from tests.integration.test_operator_sim import _policy
 
-pytestmark = pytest.mark.integration
-
 JSON = dict[str, Any]
 OFF = {"enabled": False}
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from lightkube import Client, codecs
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node
@@ -13,8 +12,6 @@ from lightkube.resources.core_v1 import Node
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.agents import agent_registry
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
-
-pytestmark = pytest.mark.integration
 
 JSON = dict[str, Any]
 

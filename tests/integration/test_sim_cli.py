@@ -23,8 +23,6 @@ from gpu_operator.sim.control import read_state
 from gpu_operator.sim.simulator import Simulator
 from tests.integration.conftest_sim import SimNodesFactory
 
-pytestmark = pytest.mark.integration
-
 # The command group is registered in gpu_operator.cli.main by the CLI's owner; run the group itself here.
 LAUNCH = "from gpu_operator.cli.sim import sim_group; sim_group(prog_name='gpu-operator sim')"
 

@@ -26,8 +26,6 @@ from gpu_operator.sim.objects import PROFILE_LABEL, SIM_LABEL, node_healthy
 from gpu_operator.sim.simulator import Simulator
 from tests.integration.conftest_sim import SimProgramFactory
 
-pytestmark = pytest.mark.integration
-
 JSON = dict[str, Any]
 PROFILES = ("dgx-h100", "a100-mig", "pcie-l4", "cpu-only")
 READY_WINDOW = 150.0  # seconds the nodes must stay Ready: three node-monitor grace periods (50 s)

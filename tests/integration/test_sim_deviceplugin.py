@@ -34,8 +34,6 @@ from gpu_operator.sim.node import NodeOptions
 from gpu_operator.sim.simulator import Simulator
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
-pytestmark = pytest.mark.integration
-
 JSON = dict[str, Any]
 RESOURCE = "example.com/widget"
 SOCKET = "widget.sock"

@@ -36,8 +36,6 @@ from gpu_operator.sim.simulator import Simulator
 from tests.integration.conftest_operator import OperatorThread
 from tests.integration.conftest_sim import OPERAND_AGENTS, SimNodesFactory, SimProgramFactory
 
-pytestmark = pytest.mark.integration
-
 JSON = dict[str, Any]
 
 

@@ -24,14 +24,12 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from gpu_operator.agents.toolkit import cdi
+from gpu_operator.agents.shared import cdi
 from gpu_operator.agents.toolkit.program import Toolkit
 from gpu_operator.agents.toolkit.settings import settings_from_env
 from gpu_operator.gpu.backend import GpuBackend
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.gpu.simulated import SimulatedBackend
-
-pytestmark = pytest.mark.integration
 
 VERSION = "550.54.15"
 TOOLS = ("containerd", "ctr", "runc")

@@ -38,8 +38,6 @@ from gpu_operator.upgrade import model as m
 from tests.integration.conftest_operator import OperatorThread
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
-pytestmark = pytest.mark.integration
-
 JSON = dict[str, Any]
 OLD, NEW = "570.124.06", "580.65.06"
 IDLE = {m.UNKNOWN, m.DONE, m.REQUIRED}

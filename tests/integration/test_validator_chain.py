@@ -28,8 +28,6 @@ from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.sim.simulator import Simulator
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
-pytestmark = pytest.mark.integration
-
 JSON = dict[str, Any]
 CDI_SPEC = '{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [{"name": "0", "containerEdits": {}}]}'
 CONTAINERD = (

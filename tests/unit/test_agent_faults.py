@@ -18,18 +18,16 @@ import httpx2 as httpx
 import pytest
 
 from gpu_operator.agents.discovery import program as discovery
-from gpu_operator.agents.drivermanager.operands import wait_for_pods_gone
 from gpu_operator.agents.gfd import program as gfd
 from gpu_operator.agents.migmanager import program as migmanager
-from gpu_operator.agents.validator.status import wait_until
+from gpu_operator.agents.shared.operands import wait_for_pods_gone
+from gpu_operator.agents.shared.validations import wait_until
 from gpu_operator.kube.fakeapi import FakeApi
 from gpu_operator.kube.nodeaccess import LightkubeNode
 from gpu_operator.kube.nodecluster import LightkubeCluster
 from tests.unit.fake_backend import FakeBackend
 from tests.unit.fake_context import FakeContext
 from tests.unit.gpu_fixtures import gpu
-
-pytestmark = pytest.mark.unit
 
 TIMES = 2
 FAULTS: dict[str, dict[str, Any]] = {

@@ -9,8 +9,6 @@ import pytest
 from gpu_operator.agents.host import HostContext, resolve_under
 from gpu_operator.gpu.null import NullBackend
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def host(tmp_path: Path) -> Path:

@@ -7,8 +7,6 @@ import pytest
 from gpu_operator.api.clusterpolicy import ClusterPolicySpec
 from gpu_operator.api.defaults import ENABLED_WHEN_UNSET, auto_upgrade_enabled, is_enabled
 
-pytestmark = pytest.mark.unit
-
 
 def test_unset_flags_follow_upstream() -> None:
     spec = ClusterPolicySpec()

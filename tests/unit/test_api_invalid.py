@@ -9,8 +9,6 @@ import pytest
 from gpu_operator.api.validation import DocumentError, validate_file
 from tests.conftest import INVALID
 
-pytestmark = pytest.mark.unit
-
 CASES = sorted(INVALID.glob("*.yaml"))
 
 

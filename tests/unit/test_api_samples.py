@@ -14,8 +14,6 @@ from gpu_operator.api.nvidiadriver import NVIDIADriver, NVIDIADriverSpec
 from gpu_operator.api.validation import load_file, to_manifest, validate_document
 from tests.conftest import SAMPLES
 
-pytestmark = pytest.mark.unit
-
 SAMPLE_DOCS = [(f.name, i, d) for f in sorted(SAMPLES.glob("*.yaml")) for i, d in enumerate(load_file(f))]
 
 

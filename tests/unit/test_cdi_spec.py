@@ -13,13 +13,13 @@ from typing import Any
 import jsonschema
 import pytest
 
-from gpu_operator.agents.toolkit import cdi, install, ocimodify
+from gpu_operator.agents.shared import cdi
+from gpu_operator.agents.toolkit import install, ocimodify
 from gpu_operator.agents.toolkit.cdischema import duplicate_device_names, schema
 from gpu_operator.agents.toolkit.settings import settings_from_env
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.gpu.simulated import SimulatedBackend
 
-pytestmark = pytest.mark.unit
 SCHEMA = schema()
 
 VERSION = "550.54.15"

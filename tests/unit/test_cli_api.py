@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import yaml
 from click.testing import CliRunner
 
 from gpu_operator.cli.main import cli
 from tests.conftest import INVALID, SAMPLES
-
-pytestmark = pytest.mark.unit
 
 
 def test_validate_samples_exit_zero() -> None:

@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 
 from gpu_operator.agents.deviceplugin import cdispec
-from gpu_operator.agents.deviceplugin.config import Settings
-from gpu_operator.agents.deviceplugin.resources import build_resources
 from gpu_operator.agents.deviceplugin.response import CDI_KIND, allocate
+from gpu_operator.agents.shared.pluginconfig import Settings
+from gpu_operator.agents.shared.resources import build_resources
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.gpu.simulated import SimulatedBackend
 from tests.unit.fake_context import FakeContext
-
-pytestmark = pytest.mark.unit
 
 
 def _names_in_spec(spec: dict[str, object]) -> set[str]:

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_operator.agents.deviceplugin.config import ConfigError, Settings, load_config, parse_config
-
-pytestmark = pytest.mark.unit
+from gpu_operator.agents.shared.pluginconfig import ConfigError, Settings, load_config, parse_config
 
 TIME_SLICING = """
 version: v1

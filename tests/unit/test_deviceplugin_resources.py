@@ -13,17 +13,15 @@ from gpu_operator.agents.deviceplugin.allocation import (
     preferred_allocation,
     preferred_gpus,
 )
-from gpu_operator.agents.deviceplugin.config import Settings, parse_config
-from gpu_operator.agents.deviceplugin.resources import (
+from gpu_operator.agents.deviceplugin.response import RequestError, allocate
+from gpu_operator.agents.shared.pluginconfig import Settings, parse_config
+from gpu_operator.agents.shared.resources import (
     LayoutError,
     build_resources,
     mig_resource_name,
     socket_name,
 )
-from gpu_operator.agents.deviceplugin.response import RequestError, allocate
 from tests.unit.gpu_fixtures import gpu, mig_device, nvswitch_links, pcie_links
-
-pytestmark = pytest.mark.unit
 
 
 def _settings(text: str = "", **env: str) -> Settings:

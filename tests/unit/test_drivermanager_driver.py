@@ -19,14 +19,12 @@ from gpu_operator.agents.drivermanager.precompiled import (
     precompiled_tag,
 )
 from gpu_operator.agents.drivermanager.steps import DRIVER_ROOT, STATE_FILE, driver_host
-from gpu_operator.agents.toolkit import cdi
-from gpu_operator.agents.toolkit.cdi import DriverFiles
+from gpu_operator.agents.shared import cdi
+from gpu_operator.agents.shared.cdi import DriverFiles
 from gpu_operator.gpu.backend import GpuNotFoundError
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.gpu.simulated import SimulatedBackend
 from tests.unit.fake_context import FakeContext
-
-pytestmark = pytest.mark.unit
 
 VERSION = "570.124.06"
 

@@ -10,17 +10,15 @@ from pathlib import Path
 import pytest
 
 from gpu_operator.agents.drivermanager import manager
-from gpu_operator.agents.drivermanager.cluster import PodInfo
 from gpu_operator.agents.drivermanager.manager import ManagerSettings, settings_from_env, uninstall_driver
 from gpu_operator.agents.drivermanager.modules import UNLOAD_ORDER
 from gpu_operator.agents.drivermanager.steps import CORDONED_ANNOTATION, STATE_FILE, DriverManagerError
+from gpu_operator.agents.shared.cluster import PodInfo
 from gpu_operator.gpu.backend import GpuNotFoundError
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.gpu.simulated import SimulatedBackend
 from tests.unit.fake_context import FakeContext
 from tests.unit.test_drivermanager_cluster import FakeCluster, RecordingNode
-
-pytestmark = pytest.mark.unit
 
 DP = "nvidia.com/gpu.deploy.device-plugin"
 TK = "nvidia.com/gpu.deploy.container-toolkit"

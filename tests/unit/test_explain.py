@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from gpu_operator.reconcile.explain import CHAIN, disabled_steps, explain_node
-
-pytestmark = pytest.mark.unit
+from gpu_operator.observe.explain import CHAIN, disabled_steps, explain_node
 
 
 def _pod(app: str, *, init: list[dict[str, Any]] | None = None, phase: str = "Running", ready: bool = True) -> Any:
@@ -172,7 +168,7 @@ def test_crash_loop_names_the_last_exit_even_before_running() -> None:
 
 
 def test_an_unregistered_plugin_is_named_before_the_validator_waiting_for_it() -> None:
-    from gpu_operator.reconcile.explain import explain_node  # noqa: PLC0415
+    from gpu_operator.observe.explain import explain_node  # noqa: PLC0415
 
     def pod(app: str, **status: object) -> dict[str, object]:
         return {"metadata": {"name": f"{app}-x", "labels": {"app": app}}, "status": {"phase": "Running", **status}}

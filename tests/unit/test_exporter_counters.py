@@ -10,8 +10,6 @@ import pytest
 from gpu_operator.agents.exporter.collector import CounterSource
 from gpu_operator.agents.exporter.counters import FIELDS, CsvError, default_counters, parse_counters
 
-pytestmark = pytest.mark.unit
-
 
 def test_default_set_matches_dcgm_exporter_defaults() -> None:
     counters = default_counters()

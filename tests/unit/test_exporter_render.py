@@ -11,8 +11,6 @@ from gpu_operator.agents.exporter.render import PodRef, entity_key, format_value
 from gpu_operator.gpu.types import Sample
 from tests.unit.gpu_fixtures import gpu, mig_device
 
-pytestmark = pytest.mark.unit
-
 
 def sample(uuid: str, **changes: float) -> Sample:
     base = Sample(

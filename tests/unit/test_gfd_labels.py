@@ -7,8 +7,6 @@ import pytest
 from gpu_operator.agents.gfd.labels import NodeView, compute_labels, family, sanitise, stale_keys
 from tests.unit.gpu_fixtures import gpu, mig_device
 
-pytestmark = pytest.mark.unit
-
 
 def _view(**kw: object) -> NodeView:
     base: dict[str, object] = {

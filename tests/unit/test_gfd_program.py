@@ -7,14 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gpu_operator.agents.deviceplugin.config import ConfigError
-from gpu_operator.agents.deviceplugin.program import NamedConfigs
 from gpu_operator.agents.gfd import program
+from gpu_operator.agents.shared.nodeconfig import NamedConfigs
+from gpu_operator.agents.shared.pluginconfig import ConfigError
 from tests.unit.fake_backend import FakeBackend
 from tests.unit.fake_context import FakeContext, FakeNode
 from tests.unit.gpu_fixtures import gpu
-
-pytestmark = pytest.mark.unit
 
 
 def _ctx(tmp_path: Path, **env: str) -> FakeContext:

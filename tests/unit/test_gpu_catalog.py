@@ -15,8 +15,6 @@ from gpu_operator.gpu.catalog import (
 from gpu_operator.gpu.mig import profile_name
 from gpu_operator.gpu.types import LinkType
 
-pytestmark = pytest.mark.unit
-
 
 def test_the_models_the_simulated_nodes_need_are_there_with_nvml_names() -> None:
     names = {key: model.name for key, model in GPU_MODELS.items()}

@@ -20,8 +20,6 @@ from gpu_operator.sim.hardware import pci_functions, sysfs_address
 from tests.unit.fake_backend import FakeBackend
 from tests.unit.fake_context import FakeContext, FakeNode
 
-pytestmark = pytest.mark.unit
-
 
 def _device(root: Path, address: str, *, vendor: str, pci_class: str) -> None:
     directory = root / address

@@ -11,8 +11,6 @@ from gpu_operator.gpu import open_backend
 from gpu_operator.gpu.catalog import node_profile
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.unit
-
 
 def test_simulated_by_profile_name_or_object() -> None:
     by_name = open_backend("simulated", profile="pcie-t4", seed=3, node_name="a")

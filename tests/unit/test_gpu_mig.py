@@ -10,8 +10,6 @@ from gpu_operator.gpu.backend import GpuError
 from gpu_operator.gpu.catalog import GPU_MODELS
 from gpu_operator.gpu.mig import profile_name, validate_geometry
 
-pytestmark = pytest.mark.unit
-
 A100 = GPU_MODELS["a100-sxm4-40gb"].mig_profiles
 
 

@@ -9,8 +9,6 @@ import pytest
 from gpu_operator.gpu.backend import GpuBackend, GpuError, GpuNotFoundError
 from gpu_operator.gpu.null import NullBackend
 
-pytestmark = pytest.mark.unit
-
 
 def test_no_gpu_is_an_ordinary_answer() -> None:
     backend = NullBackend()

@@ -8,8 +8,6 @@ import pytest
 from gpu_operator.gpu.backend import GpuError, GpuLostError, GpuNotFoundError, NotSupportedError
 from gpu_operator.gpu.nvml_lib import bus_id, call, optional, text, translate
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("code", "kind"),

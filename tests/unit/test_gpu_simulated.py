@@ -14,8 +14,6 @@ from gpu_operator.gpu.catalog import node_profile
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.gpu.types import HealthEvent
 
-pytestmark = pytest.mark.unit
-
 
 class Clock:
     """A hand-driven clock, so time-dependent metrics are tested without sleeping."""

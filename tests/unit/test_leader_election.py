@@ -7,11 +7,7 @@ import asyncio
 import datetime as dt
 from typing import Any
 
-import pytest
-
 from gpu_operator.runtime.leader import LEASE_NAME, LEASE_SECONDS, LeaderElection
-
-pytestmark = pytest.mark.unit
 
 JSON = dict[str, Any]
 NAMESPACE = "gpu-operator"

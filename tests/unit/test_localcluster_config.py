@@ -15,8 +15,6 @@ from gpu_operator.localcluster.kubeconfig import KubeconfigUser, kubeconfig_dict
 from gpu_operator.localcluster.layout import Layout, Ports
 from gpu_operator.localcluster.state import ClusterState, ComponentState, read_state, write_state
 
-pytestmark = pytest.mark.unit
-
 PORTS = Ports(etcd_client=2379, etcd_peer=2380, apiserver=6443, controller_manager=10257, scheduler=10259)
 
 

@@ -12,8 +12,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gpu_operator.localcluster.pki import CertificateAuthority, new_signing_key
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(scope="module")
 def ca() -> CertificateAuthority:

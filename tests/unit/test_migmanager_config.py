@@ -11,8 +11,6 @@ from gpu_operator.gpu.catalog import GPU_MODELS, NODE_PROFILES
 from gpu_operator.gpu.mig import validate_geometry
 from gpu_operator.gpu.simulated import SimulatedBackend
 
-pytestmark = pytest.mark.unit
-
 SPLIT = """
 version: v1
 mig-configs:

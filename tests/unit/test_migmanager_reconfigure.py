@@ -10,9 +10,6 @@ import asyncio
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
-from gpu_operator.agents.drivermanager.cluster import PodInfo
 from gpu_operator.agents.migmanager import program
 from gpu_operator.agents.migmanager.config import load
 from gpu_operator.agents.migmanager.defaults import default_configs
@@ -22,12 +19,11 @@ from gpu_operator.agents.migmanager.reconfigure import (
     Options,
     Reconfigure,
 )
+from gpu_operator.agents.shared.cluster import PodInfo
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.gpu.simulated import SimulatedBackend
 from tests.unit.fake_context import FakeContext
 from tests.unit.test_drivermanager_cluster import FakeClock, FakeCluster, RecordingNode
-
-pytestmark = pytest.mark.unit
 
 DP = "nvidia.com/gpu.deploy.device-plugin"
 GFD = "nvidia.com/gpu.deploy.gpu-feature-discovery"

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from gpu_operator.agents.migmanager.program import HostReset, resetter
 from tests.unit.fake_backend import FakeBackend
 from tests.unit.fake_context import FakeContext
-
-pytestmark = pytest.mark.unit
 
 
 def test_the_reset_runs_in_the_driver_root_and_a_reboot_in_the_host_root(tmp_path: Path) -> None:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from gpu_operator.api.clusterpolicy import ClusterPolicySpec
 from gpu_operator.reconcile.nodelabels import label_changes
-
-pytestmark = pytest.mark.unit
 
 NFD_GPU = {"feature.node.kubernetes.io/pci-10de.present": "true"}
 SPEC = ClusterPolicySpec()

@@ -27,8 +27,6 @@ from gpu_operator.localcluster.oci import (
     write_tree_tar,
 )
 
-pytestmark = pytest.mark.unit
-
 REFERENCE = "ghcr.io/example/pause:v1"
 EPOCH = 1_700_000_000
 CONFIG = ImageConfig(

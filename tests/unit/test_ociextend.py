@@ -14,8 +14,6 @@ from gpu_operator.localcluster.oci import ANNOTATION_CONTAINERD_NAME, ImageConfi
 from gpu_operator.localcluster.ociextend import ImageArchiveError, extend_image
 from tests.unit.test_oci import blob, read_archive
 
-pytestmark = pytest.mark.unit
-
 
 def _base(tmp_path: Path) -> tuple[Path, dict[str, object]]:
     tree = tmp_path / "base"

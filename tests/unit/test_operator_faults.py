@@ -26,8 +26,6 @@ from gpu_operator.reconcile.operator import LEASE, RECONCILE, UPGRADE, Operator
 from gpu_operator.render import OperatorSettings
 from gpu_operator.runtime.loop import LoopStats
 
-pytestmark = pytest.mark.unit
-
 NAMESPACE = "gpu-operator"
 TIMES = 2
 FAULTS: dict[str, dict[str, Any]] = {

@@ -15,8 +15,6 @@ from gpu_operator.localcluster.nodes import spec as nodespec
 from gpu_operator.localcluster.nodes.host import Ledger, cleanup, process_start
 from gpu_operator.localcluster.nodes.node import in_cgroup
 
-pytestmark = pytest.mark.unit
-
 
 def _spec(tmp_path: Path, index: int = 2) -> nodespec.NodeSpec:
     return nodespec.NodeSpec(

@@ -3,16 +3,12 @@ named in the policy's status (issue [2/10]: ten rendered containers named agents
 
 from __future__ import annotations
 
-import pytest
-
 from gpu_operator.agents.programs import PROGRAMS
 from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.observe.status import REFUSED_CONDITION, StateResult, policy_status, state_result
 from gpu_operator.render import ClusterFacts, OperatorSettings, StateManifests
 from gpu_operator.render.agents import AGENTS, agents_named, missing_agents
 from gpu_operator.render.states import render
-from gpu_operator.render.status import REFUSED_CONDITION, StateResult, policy_status, state_result
-
-pytestmark = pytest.mark.unit
 
 FACTS = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
 NOW = "2026-12-01T10:00:00Z"

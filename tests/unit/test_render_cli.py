@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import yaml
 from click.testing import CliRunner
 
 from gpu_operator.cli.render import dump_manifests, render_command
 from tests.conftest import REPO, SAMPLES
-
-pytestmark = pytest.mark.unit
 
 INPUTS = REPO / "tests" / "golden" / "data" / "render" / "inputs"
 

@@ -8,10 +8,8 @@ from typing import Any
 
 import pytest
 
-from gpu_operator.render.eligible import eligible_nodes, tolerates
-from gpu_operator.render.readiness import daemonset_readiness
-
-pytestmark = pytest.mark.unit
+from gpu_operator.observe.eligible import eligible_nodes, tolerates
+from gpu_operator.observe.readiness import daemonset_readiness
 
 JSON = dict[str, Any]
 SELECTOR = {"nvidia.com/gpu.deploy.driver": "true"}

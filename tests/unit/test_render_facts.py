@@ -7,8 +7,6 @@ import pytest
 from gpu_operator.render import OperatorSettings, RenderError, facts_from_nodes, node_info
 from gpu_operator.render.facts import DEFAULT_AGENT_IMAGE, NodeInfo, os_tag
 
-pytestmark = pytest.mark.unit
-
 NFD = "feature.node.kubernetes.io/"
 
 

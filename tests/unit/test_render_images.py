@@ -11,8 +11,6 @@ from gpu_operator.render import ClusterFacts, OperatorSettings, RenderError, ren
 from gpu_operator.render.driverconfig import from_nvidiadriver
 from gpu_operator.render.images import ImageSource, resolve_image
 
-pytestmark = pytest.mark.unit
-
 AGENT = "ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"
 FACTS = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
 

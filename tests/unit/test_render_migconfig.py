@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 import yaml
 
 from gpu_operator.agents.migmanager.config import parse
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.render import ClusterFacts, OperatorSettings, render
-
-pytestmark = pytest.mark.unit
 
 
 def test_default_mig_config_map_parses_in_the_mig_manager() -> None:

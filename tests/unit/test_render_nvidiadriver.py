@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.nvidiadriver import OWNER_LABEL, NVIDIADriver
 from gpu_operator.render import ClusterFacts, OperatorSettings
 from gpu_operator.render.facts import NodeInfo
 from gpu_operator.render.nvidiadriver import nvidiadriver_active, render_drivers
 from gpu_operator.render.routing import pool_name, pools_for, route_nodes
-
-pytestmark = pytest.mark.unit
 
 NFD = "feature.node.kubernetes.io/"
 

@@ -17,8 +17,6 @@ from gpu_operator.render.rbac import (
     uncovered,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def test_operator_covers_every_operand_rule() -> None:
     assert uncovered(OPERATOR_CLUSTER_RULES, scope="cluster") == []

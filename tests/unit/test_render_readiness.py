@@ -6,9 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpu_operator.render.readiness import daemonset_readiness, newest_revision_hash, state_readiness
-
-pytestmark = pytest.mark.unit
+from gpu_operator.observe.readiness import daemonset_readiness, newest_revision_hash, state_readiness
 
 
 def ds(*, strategy: str = "RollingUpdate", status: dict[str, int] | None = None, **counts: int) -> dict[str, Any]:

@@ -10,8 +10,6 @@ from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.render import ClusterFacts, OperatorSettings, StateManifests, render, state_enabled
 from gpu_operator.render.catalog import STATES
 
-pytestmark = pytest.mark.unit
-
 FACTS = ClusterFacts(namespace="gpu-operator", gpu_node_count=2, os_tag="ubuntu22.04", has_nfd_labels=True)
 OPERATOR = OperatorSettings(agent_image="agent:1")
 CONTAINER_STATES = {
@@ -309,7 +307,7 @@ def test_every_reader_of_the_plugin_config_can_accept_an_mps_config() -> None:
     # A config sharing through MPS is refused without an MPS root. GFD lacked one on real nodes, so it
     # never labelled the node mps.capable, the MPS daemon was never scheduled and the plugin, waiting
     # for that daemon, advertised nothing.
-    from gpu_operator.agents.deviceplugin.config import Settings, parse_config  # noqa: PLC0415
+    from gpu_operator.agents.shared.pluginconfig import Settings, parse_config  # noqa: PLC0415
 
     config = parse_config(
         text="version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",

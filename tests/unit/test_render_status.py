@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
-from gpu_operator.render import ClusterFacts, MissingReference, StateManifests
-from gpu_operator.render.readiness import Readiness
-from gpu_operator.render.status import (
+from gpu_operator.observe.readiness import Readiness
+from gpu_operator.observe.status import (
     READY_MESSAGE,
     StateResult,
     Status,
@@ -16,8 +13,7 @@ from gpu_operator.render.status import (
     policy_status,
     state_result,
 )
-
-pytestmark = pytest.mark.unit
+from gpu_operator.render import ClusterFacts, MissingReference, StateManifests
 
 FACTS = ClusterFacts(namespace="gpu-operator", gpu_node_count=2, has_nfd_labels=True)
 NOW = "2026-08-01T10:00:00Z"

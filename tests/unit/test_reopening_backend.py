@@ -9,8 +9,6 @@ from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.gpu.reopening import ReopeningBackend
 from gpu_operator.gpu.simulated import SimulatedBackend
 
-pytestmark = pytest.mark.unit
-
 
 class Opener:
     def __init__(self) -> None:

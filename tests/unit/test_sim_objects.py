@@ -20,8 +20,6 @@ from gpu_operator.sim.objects import (
 )
 from gpu_operator.sim.shapes import NodeRequest, os_release, parse_node_spec, shape_from_profile
 
-pytestmark = pytest.mark.unit
-
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
 H100 = NodeShape(
     profile="dgx-h100",

@@ -9,8 +9,6 @@ from gpu_operator.sim.context import ProgramExit
 from gpu_operator.sim.operatorpod import OperatorFlags, parse_flags, pod_address
 from gpu_operator.sim.programs import parse_command
 
-pytestmark = pytest.mark.unit
-
 CHART_ARGS = ("--leader-elect", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--log-level=info")
 
 

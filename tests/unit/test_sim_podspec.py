@@ -17,8 +17,6 @@ from gpu_operator.sim.podspec import (
 )
 from gpu_operator.sim.programs import default_registry, parse_command
 
-pytestmark = pytest.mark.unit
-
 
 def _pod(**spec: Any) -> dict[str, Any]:
     meta = {"name": "p", "namespace": "ns", "uid": "u1", "labels": {"app": "x"}, "annotations": {"a": "b"}}

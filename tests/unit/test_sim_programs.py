@@ -15,8 +15,6 @@ from gpu_operator.sim.context import InjectedCrashError, ProgramContext, Program
 from gpu_operator.sim.launcher import KILLED_EXIT_CODE, Outcome, ProgramRun
 from gpu_operator.sim.programs import Program, ProgramRegistry, default_registry
 
-pytestmark = pytest.mark.unit
-
 
 def _context(tmp_path: Path, **overrides: Any) -> ProgramContext:
     values: dict[str, Any] = {

@@ -24,8 +24,6 @@ from gpu_operator.sim.host import RuntimeOptions
 from gpu_operator.sim.programs import ProgramRegistry, default_registry
 from gpu_operator.sim.runtime import PodWorker
 
-pytestmark = pytest.mark.unit
-
 JSON = dict[str, Any]
 FAST = RuntimeOptions(restart_backoff=0.0, restart_backoff_max=0.0, grace_cap=1.0)
 

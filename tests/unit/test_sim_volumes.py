@@ -14,8 +14,6 @@ from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.sim.podspec import containers
 from gpu_operator.sim.volumes import VolumeError, container_mounts, prepare_volumes, refresh_volumes
 
-pytestmark = pytest.mark.unit
-
 JSON = dict[str, Any]
 
 

@@ -8,9 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_operator.cli import status
-from gpu_operator.reconcile.explain import CHAIN, explain_node
-
-pytestmark = pytest.mark.unit
+from gpu_operator.observe.explain import CHAIN, explain_node
 
 FAILURE = "driver pod gpu-operator/nvidia-driver-daemonset-x restarted 3 times (CrashLoopBackOff)"
 POLICY = {

@@ -8,11 +8,9 @@ import json
 import pytest
 import tomlkit
 
+from gpu_operator.agents.shared.files import ConfigFileError
 from gpu_operator.agents.toolkit import containerd, crio, docker, k3s
 from gpu_operator.agents.toolkit.containerd import ContainerdSettings, Runtime
-from gpu_operator.agents.toolkit.files import ConfigFileError
-
-pytestmark = pytest.mark.unit
 
 NVIDIA = Runtime(name="nvidia", binary="/usr/local/nvidia/toolkit/nvidia-container-runtime")
 SETTINGS = ContainerdSettings(runtimes=(NVIDIA,))

@@ -11,15 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from gpu_operator.agents.shared.files import ConfigFileError
 from gpu_operator.agents.toolkit import program
-from gpu_operator.agents.toolkit.files import ConfigFileError
 from gpu_operator.agents.toolkit.program import Toolkit
 from gpu_operator.agents.toolkit.settings import SettingsError, runtime_classes, settings_from_env
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.gpu.simulated import SimulatedBackend
 from tests.unit.fake_context import FakeContext
-
-pytestmark = pytest.mark.unit
 
 CONFIG = "/etc/containerd/config.toml"
 SPEC = "/var/run/cdi/nvidia.com-gpu.json"

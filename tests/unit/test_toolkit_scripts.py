@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpu_operator.agents.toolkit import cdi, install, ocimodify
+from gpu_operator.agents.shared import cdi
+from gpu_operator.agents.toolkit import install, ocimodify
 from gpu_operator.agents.toolkit.settings import ToolkitSettings, settings_from_env
-
-pytestmark = pytest.mark.unit
 
 
 def _setup(tmp_path: Path) -> tuple[ToolkitSettings, Path, Path]:

@@ -12,8 +12,6 @@ from gpu_operator.upgrade.controller import ACTIVE_REQUEUE, FAILED_REQUEUE, Part
 from gpu_operator.upgrade.status import StatusOwner, summary, write_status
 from tests.unit.upgrade_builders import driver, knobs, node, run
 
-pytestmark = pytest.mark.unit
-
 
 def _outcome(counts: dict[str, int], *, auto: bool = True) -> UpgradeOutcome:
     k = knobs(auto_upgrade=auto, max_parallel=3)

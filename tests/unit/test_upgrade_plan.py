@@ -10,9 +10,6 @@ from gpu_operator.upgrade.model import Budget, NodeView
 from gpu_operator.upgrade.plan import available_slots
 from tests.unit.upgrade_builders import NOW, after, applied, driver, knobs, node, pod, run
 
-pytestmark = pytest.mark.unit
-
-
 # --- entering the machine -------------------------------------------------------------------------
 
 

@@ -10,8 +10,6 @@ from gpu_operator.upgrade.model import Budget, Snapshot
 from gpu_operator.upgrade.preview import preview
 from tests.unit.upgrade_builders import NOW, driver, knobs, node, pod
 
-pytestmark = pytest.mark.unit
-
 
 def _fleet(count: int) -> list[m.NodeView]:
     return [node(f"n{i:02d}", m.DONE) for i in range(count)]

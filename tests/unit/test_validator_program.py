@@ -10,16 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from gpu_operator.agents.shared.validations import StatusDir, wait_until
 from gpu_operator.agents.validator import program
 from gpu_operator.agents.validator.checks import ValidationError
 from gpu_operator.agents.validator.program import FILE_POLL_SECONDS, Validator
-from gpu_operator.agents.validator.status import StatusDir, wait_until
 from gpu_operator.gpu.catalog import node_profile
 from gpu_operator.gpu.null import NullBackend
 from gpu_operator.gpu.simulated import SimulatedBackend
 from tests.unit.fake_context import FakeContext
-
-pytestmark = pytest.mark.unit
 
 VALIDATIONS = "host/run/nvidia/validations"
 
