@@ -26,12 +26,13 @@ from pydantic import ValidationError
 
 from gpu_operator.api.clusterpolicy import ClusterPolicySpec
 from gpu_operator.api.defaults import is_enabled
+from gpu_operator.names import keys
 
 JSON = dict[str, Any]
 # The upgrade controller's keys (upstream's, see gpu_operator.upgrade.model): this layer may not import
 # the upgrade package (import-linter's layer contract), so the names are repeated here.
-UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
-UPGRADE_FAILURE_ANNOTATION = "nvidia.com/gpu-driver-upgrade-failure"
+UPGRADE_STATE_LABEL = keys.UPGRADE_STATE
+UPGRADE_FAILURE_ANNOTATION = keys.UPGRADE_FAILURE
 UPGRADE_FAILED = "upgrade-failed"
 #: Upgrade states in which the node serves workloads as usual (not cordoned by the controller).
 UPGRADE_IDLE = frozenset({"", "upgrade-done", "upgrade-required"})

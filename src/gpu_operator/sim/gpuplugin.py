@@ -25,8 +25,9 @@ from gpu_operator.kubelet.api.deviceplugin.v1beta1 import deviceplugin_pb2 as dp
 from gpu_operator.kubelet.api.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
 from gpu_operator.kubelet.paths import KUBELET_SOCKET_NAME, unix_target
 from gpu_operator.kubelet.registration import register
+from gpu_operator.names import keys
 
-RESOURCE = "nvidia.com/gpu"
+RESOURCE = keys.GPU_RESOURCE
 SOCKET_NAME = "nvidia-gpu.sock"
 _grpc_api: Any = dp_grpc
 

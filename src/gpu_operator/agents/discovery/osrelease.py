@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from gpu_operator.agents.host import resolve_under
-from gpu_operator.render.facts import DISCOVERED_OS_ID, DISCOVERED_OS_VERSION
+from gpu_operator.names.keys import DISCOVERED_OS_ID, DISCOVERED_OS_VERSION
 
 #: Label values: at most 63 characters of [A-Za-z0-9._-], starting and ending alphanumeric.
 _VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")

@@ -17,7 +17,7 @@ import logging
 from gpu_operator.agents.discovery.osrelease import os_labels
 from gpu_operator.agents.discovery.pci import nvidia_gpus
 from gpu_operator.agents.runtime import AgentContext
-from gpu_operator.render.facts import GPU_DISCOVERED
+from gpu_operator.names.keys import GPU_DISCOVERED
 from gpu_operator.runtime.loop import LoopStats
 from gpu_operator.runtime.periodic import every
 

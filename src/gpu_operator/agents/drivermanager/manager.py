@@ -30,10 +30,11 @@ from gpu_operator.agents.drivermanager.steps import DriverManagerError, Steps, d
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import NodeCluster, cluster_of
 from gpu_operator.agents.shared.operands import DRIVER_PAUSE, Clock
+from gpu_operator.names import keys
 
 log = logging.getLogger(__name__)
-PREINSTALLED_LABEL = "nvidia.com/gpu.deploy.driver"
-UPGRADE_ENABLED_ANNOTATION = "nvidia.com/gpu-driver-upgrade-enabled"
+PREINSTALLED_LABEL = keys.DEPLOY_DRIVER
+UPGRADE_ENABLED_ANNOTATION = keys.UPGRADE_ENABLED
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 
 

@@ -27,12 +27,13 @@ from gpu_operator.agents.shared.operands import (
     wait_for_pods_gone,
 )
 from gpu_operator.gpu.backend import LoadableBackend
+from gpu_operator.names import keys
 
 if TYPE_CHECKING:
     from gpu_operator.agents.drivermanager.manager import ManagerSettings
 
 log = logging.getLogger(__name__)
-CORDONED_ANNOTATION = "nvidia.com/gpu-driver-manager.cordoned"
+CORDONED_ANNOTATION = keys.DRIVER_MANAGER_CORDONED
 PID_FILE = "/run/nvidia/nvidia-driver.pid"
 STATE_FILE = "/run/nvidia/nvidia-driver.state"
 DRIVER_ROOT = "/run/nvidia/driver"

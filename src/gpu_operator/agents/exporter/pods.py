@@ -20,10 +20,11 @@ from pathlib import Path
 
 from gpu_operator.agents.exporter.render import PodRef
 from gpu_operator.kubelet.allocation import PodDevices
+from gpu_operator.names import keys
 
 log = logging.getLogger(__name__)
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+GPU_RESOURCE = keys.GPU_RESOURCE
+MIG_RESOURCE_PREFIX = keys.MIG_RESOURCE_PREFIX
 Attribution = Mapping[str, Sequence[PodRef]]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_operator.gpu.types import Device, MigDevice
-from gpu_operator.render.facts import GPU_DISCOVERED, GPU_PRESENT
+from gpu_operator.names.keys import GPU_DISCOVERED, GPU_PRESENT
 
 PREFIX = "nvidia.com/"
 

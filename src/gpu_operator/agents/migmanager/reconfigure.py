@@ -36,11 +36,12 @@ from gpu_operator.agents.shared.operands import (
 from gpu_operator.gpu.backend import GpuBackend, GpuError
 from gpu_operator.gpu.mig import validate_geometry
 from gpu_operator.gpu.types import Device
+from gpu_operator.names import keys
 
 log = logging.getLogger(__name__)
-CONFIG_LABEL = "nvidia.com/mig.config"
-STATE_LABEL = "nvidia.com/mig.config.state"
-REASON_ANNOTATION = "nvidia.com/mig.config.state.reason"
+CONFIG_LABEL = keys.MIG_CONFIG
+STATE_LABEL = keys.MIG_CONFIG_STATE
+REASON_ANNOTATION = keys.MIG_CONFIG_REASON
 VALIDATOR_APPS = ("nvidia-cuda-validator", "nvidia-device-plugin-validator")
 
 

@@ -14,9 +14,10 @@ from typing import Protocol, runtime_checkable
 
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.podresources import pod_resources_socket
+from gpu_operator.names import keys
 
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+GPU_RESOURCE = keys.GPU_RESOURCE
+MIG_RESOURCE_PREFIX = keys.MIG_RESOURCE_PREFIX
 
 
 class AllocatableError(Exception):

@@ -25,9 +25,10 @@ from types import MappingProxyType
 from typing import Any
 
 from gpu_operator.gpu.types import Device, MigDevice
+from gpu_operator.names import keys
 
 CDI_VERSION = "0.5.0"
-KIND = "nvidia.com/gpu"
+KIND = keys.GPU_RESOURCE
 HOOK_PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOOK_ENV = (f"PATH={HOOK_PATH_ENV}", "NVIDIA_CTK_DEBUG=false")
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")

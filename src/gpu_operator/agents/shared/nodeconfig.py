@@ -14,8 +14,9 @@ from pathlib import Path
 
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.pluginconfig import ConfigError, ConfigFile, Settings, load_config
+from gpu_operator.names import keys
 
-CONFIG_LABEL = "nvidia.com/device-plugin.config"
+CONFIG_LABEL = keys.DEVICE_PLUGIN_CONFIG
 
 
 class NamedConfigs:

@@ -15,9 +15,10 @@ from functools import partial
 from types import MappingProxyType
 
 from gpu_operator.agents.shared.cluster import NodeCluster
+from gpu_operator.names import keys
 from gpu_operator.runtime.periodic import attempt
 
-DEPLOY = "nvidia.com/gpu.deploy."
+DEPLOY = keys.DEPLOY_PREFIX
 DRIVER_PAUSE = "paused-for-driver-upgrade"
 MIG_PAUSE = "paused-for-mig-change"
 

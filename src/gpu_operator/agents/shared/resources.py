@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from gpu_operator.agents.shared.pluginconfig import Settings
 from gpu_operator.gpu.types import Device, MigDevice
+from gpu_operator.names import keys
 
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = keys.GPU_RESOURCE
 
 
 class LayoutError(ValueError):

@@ -23,7 +23,9 @@ from typing import Any
 
 import yaml
 
-CDI_KIND = "nvidia.com/gpu"
+from gpu_operator.names import keys
+
+CDI_KIND = keys.GPU_RESOURCE
 CDI_DIRS = ("/var/run/cdi", "/run/cdi")
 RUNTIME_NAME = "nvidia"
 RUNTIME_CONFIGS = (
