@@ -25,9 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpu_operator.names import keys
-
-DEFAULT_KIND = keys.GPU_RESOURCE
+DEFAULT_KIND = "nvidia.com/gpu"  # names.keys.CDI_KIND: this file may import nothing of ours
 ANNOTATION_PREFIX = "cdi.k8s.io/"
 SAFE_HOOK_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
 _VALUE_FLAGS = frozenset({"--root", "--log", "--log-format", "--criu", "--rootless"})
