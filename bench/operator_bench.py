@@ -91,9 +91,9 @@ async def _stub(ctx: Any) -> None:
 def _sim_child(conn: Any, kubeconfig: str, spec: str) -> None:
     """The simulated nodes in a process of their own (as bench/run.py's sim_scale_section does)."""
     from gpu_operator.kube.restclient import ClusterAccess  # noqa: PLC0415 - only the child needs the simulator
-    from gpu_operator.sim.node import NodeOptions  # noqa: PLC0415
-    from gpu_operator.sim.programs import default_registry  # noqa: PLC0415
-    from gpu_operator.sim.simulator import Simulator  # noqa: PLC0415
+    from gpu_operator.sim.control.simulator import Simulator  # noqa: PLC0415
+    from gpu_operator.sim.kubelet.node import NodeOptions  # noqa: PLC0415
+    from gpu_operator.sim.programs.programs import default_registry  # noqa: PLC0415
 
     registry = default_registry()
     for name in STUB_PROGRAMS:

@@ -163,8 +163,8 @@ SIM_SETTLE_SECONDS = 10.0
 def _sim_child(conn: Any, kubeconfig: str) -> None:
     """The simulator in a process of its own, so its CPU and memory can be measured alone."""
     from gpu_operator.kube.restclient import ClusterAccess  # noqa: PLC0415 - only the child needs the simulator
-    from gpu_operator.sim.node import NodeOptions  # noqa: PLC0415
-    from gpu_operator.sim.simulator import Simulator  # noqa: PLC0415
+    from gpu_operator.sim.control.simulator import Simulator  # noqa: PLC0415
+    from gpu_operator.sim.kubelet.node import NodeOptions  # noqa: PLC0415
 
     simulator = Simulator(access=ClusterAccess.from_kubeconfig(Path(kubeconfig)))
     simulator.start()

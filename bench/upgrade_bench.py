@@ -40,9 +40,9 @@ from gpu_operator.localcluster.binaries import KubeBinaries, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.reconcile.operator import Operator
 from gpu_operator.render import OperatorSettings
-from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.node import NodeOptions
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.kubelet.node import NodeOptions
+from gpu_operator.sim.programs.agents import agent_registry
 from gpu_operator.upgrade import model as m
 
 NODES = 100

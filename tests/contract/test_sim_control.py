@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpu_operator.localcluster.state import process_start_time
-from gpu_operator.sim.control import ControlError, SimState, handle, read_state, request, serve, write_state
+from gpu_operator.sim.control.server import ControlError, SimState, handle, read_state, request, serve, write_state
 
 
 @pytest.fixture

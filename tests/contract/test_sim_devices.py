@@ -16,9 +16,9 @@ from gpu_operator.gpu.catalog import node_profile
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.kubelet.paths import KubeletDirs
 from gpu_operator.kubelet.podresources import list_pod_resources
-from gpu_operator.sim.devices import AdmissionError, DeviceManager
-from gpu_operator.sim.gpuplugin import RESOURCE, SOCKET_NAME, SimGpuPlugin
-from gpu_operator.sim.heartbeat import Beat, Heartbeat
+from gpu_operator.sim.kubelet.devices import AdmissionError, DeviceManager
+from gpu_operator.sim.kubelet.gpuplugin import RESOURCE, SOCKET_NAME, SimGpuPlugin
+from gpu_operator.sim.kubelet.heartbeat import Beat, Heartbeat
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Fixtures for tests with simulated GPU nodes (``gpu_operator.sim``) on the session's control plane.
 
-* ``simulator`` (session): one :class:`~gpu_operator.sim.simulator.Simulator` on ``local_cluster``; its
+* ``simulator`` (session): one :class:`~gpu_operator.sim.control.simulator.Simulator` on ``local_cluster``; its
   event loop, pod watch and heartbeat loop run in the background for the whole session.
 * ``sim_nodes``: ``sim_nodes("dgx-h100:1,cpu-only:1", options=NodeOptions(...))`` registers Ready simulated
   nodes and returns their names; they (and the pods bound to them) are removed after the test.
@@ -20,9 +20,9 @@ import pytest
 from gpu_operator.agents.programs import PROGRAMS
 from gpu_operator.kube.restclient import ClusterAccess
 from gpu_operator.localcluster.cluster import LocalCluster
-from gpu_operator.sim.node import NodeOptions
-from gpu_operator.sim.programs import Program
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.kubelet.node import NodeOptions
+from gpu_operator.sim.programs.programs import Program
 
 #: The operand agents the operator's DaemonSets run (``gpu-operator agent NAME``), from the one table.
 OPERAND_AGENTS = tuple(name for name in PROGRAMS if name != "sleep")

@@ -16,9 +16,9 @@ from lightkube import Client, codecs
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.context import ProgramContext
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.programs.agents import agent_registry
+from gpu_operator.sim.programs.context import ProgramContext
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
 JSON = dict[str, Any]

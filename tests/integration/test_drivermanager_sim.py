@@ -19,9 +19,9 @@ from gpu_operator.agents.drivermanager import driver, manager
 from gpu_operator.kube.nodecluster import RestCluster
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.context import ProgramContext
-from gpu_operator.sim.node import NodeOptions
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.kubelet.node import NodeOptions
+from gpu_operator.sim.programs.context import ProgramContext
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 from tests.integration.test_migmanager_sim import ClusterContext, agent_pod, with_cluster
 

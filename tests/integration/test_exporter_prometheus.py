@@ -30,8 +30,8 @@ from gpu_operator.agents.deviceplugin import program as device_plugin
 from gpu_operator.agents.exporter import program as exporter
 from gpu_operator.kubelet.podresources import list_pod_resources_blocking
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.context import ProgramContext
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.programs.context import ProgramContext
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 from tests.prometheus import Prometheus, free_port
 

@@ -13,7 +13,7 @@ from lightkube.resources.core_v1 import Node
 
 from gpu_operator.kube.crds import install_crds
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.agents import agent_registry
+from gpu_operator.sim.programs.agents import agent_registry
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
 NodeFeature = create_namespaced_resource("nfd.k8s-sigs.io", "v1alpha1", "NodeFeature", "nodefeatures")

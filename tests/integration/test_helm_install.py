@@ -3,7 +3,7 @@
 The real `helm` installs deploy/helm/gpu-operator (CRDs, RBAC, the operator Deployment and the chart's
 ClusterPolicy) into the test's namespace. The Deployment's pod is bound to a simulated node, whose kubelet
 runs ``gpu-operator operator`` in-process with the pod's args, env and service-account token
-(``gpu_operator.sim.operatorpod``), so the chart's Role and ClusterRole are what authorizes the operator.
+(``gpu_operator.sim.programs.operatorpod``), so the chart's Role and ClusterRole are what authorizes the operator.
 The policy reaches ready on two GPU nodes; the pod's own token is the chart's service account and is
 denied what the operator must not do; a crashed operator container restarts; `helm uninstall` takes
 the policy, the operands and the operator away.
@@ -27,9 +27,9 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRole
 from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.simulator import Simulator
-from gpu_operator.sim.volumes import loopback_for
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.kubelet.volumes import loopback_for
+from gpu_operator.sim.programs.agents import agent_registry
 from tests.chart_checks import POLICY, exists, operator_pods, policy_state
 from tests.conftest import REPO
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory

@@ -30,8 +30,8 @@ from gpu_operator.gpu.backend import GpuBackend
 from gpu_operator.kube.nodecluster import LightkubeCluster
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.context import NodeLabels, ProgramContext
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.programs.context import NodeLabels, ProgramContext
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
 JSON = dict[str, Any]

@@ -13,8 +13,8 @@ from lightkube.resources.core_v1 import Node
 from gpu_operator.api.nvidiadriver import OWNER_LABEL
 from gpu_operator.kube.api import NVIDIADriverResource
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.programs.agents import agent_registry
 from tests.integration.conftest_operator import OperatorThread
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 from tests.integration.test_operator_sim import _policy

@@ -21,7 +21,7 @@ from lightkube.types import PatchType
 from gpu_operator.cli.main import cli
 from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.agents import agent_registry
+from gpu_operator.sim.programs.agents import agent_registry
 from tests.integration.conftest_operator import OperatorThread
 from tests.integration.conftest_sim import OPERAND_AGENTS, SimNodesFactory, SimProgramFactory
 

@@ -10,7 +10,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node
 
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.agents import agent_registry
+from gpu_operator.sim.programs.agents import agent_registry
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
 JSON = dict[str, Any]

@@ -19,8 +19,8 @@ from lightkube.resources.core_v1 import Node
 from gpu_operator.cli.sim import sim_group
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.control import read_state
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.server import read_state
+from gpu_operator.sim.control.simulator import Simulator
 from tests.integration.conftest_sim import SimNodesFactory
 
 # The command group is registered in gpu_operator.cli.main by the CLI's owner; run the group itself here.

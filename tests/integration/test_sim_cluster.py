@@ -21,9 +21,9 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.context import ProgramContext
+from gpu_operator.sim.control.simulator import Simulator
 from gpu_operator.sim.objects import PROFILE_LABEL, SIM_LABEL, node_healthy
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.programs.context import ProgramContext
 from tests.integration.conftest_sim import SimProgramFactory
 
 JSON = dict[str, Any]

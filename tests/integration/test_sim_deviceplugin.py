@@ -29,9 +29,9 @@ from gpu_operator.kubelet.paths import KUBELET_SOCKET_NAME, unix_target
 from gpu_operator.kubelet.podresources import allocatable_resources_blocking, list_pod_resources_blocking
 from gpu_operator.kubelet.registration import register_blocking
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.context import ProgramContext
-from gpu_operator.sim.node import NodeOptions
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.kubelet.node import NodeOptions
+from gpu_operator.sim.programs.context import ProgramContext
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
 JSON = dict[str, Any]

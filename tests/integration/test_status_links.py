@@ -29,10 +29,10 @@ from lightkube import Client, codecs
 
 from gpu_operator.cli.main import cli
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.context import ProgramContext, ProgramExit
-from gpu_operator.sim.programs import Program
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.programs.agents import agent_registry
+from gpu_operator.sim.programs.context import ProgramContext, ProgramExit
+from gpu_operator.sim.programs.programs import Program
 from tests.integration.conftest_operator import OperatorThread
 from tests.integration.conftest_sim import OPERAND_AGENTS, SimNodesFactory, SimProgramFactory
 

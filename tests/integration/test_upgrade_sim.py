@@ -32,8 +32,8 @@ from gpu_operator.kube.api import ClusterPolicyResource, NVIDIADriverResource
 from gpu_operator.kube.crds import install_crds
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.programs.agents import agent_registry
 from gpu_operator.upgrade import model as m
 from tests.integration.conftest_operator import OperatorThread
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory

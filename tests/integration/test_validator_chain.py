@@ -25,7 +25,7 @@ from gpu_operator.agents.nodestatus import program as node_status
 from gpu_operator.agents.validator import program as validator
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
 JSON = dict[str, Any]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.context import ProgramExit
-from gpu_operator.sim.operatorpod import OperatorFlags, parse_flags, pod_address
-from gpu_operator.sim.programs import parse_command
+from gpu_operator.sim.programs.agents import agent_registry
+from gpu_operator.sim.programs.context import ProgramExit
+from gpu_operator.sim.programs.operatorpod import OperatorFlags, parse_flags, pod_address
+from gpu_operator.sim.programs.programs import parse_command
 
 CHART_ARGS = ("--leader-elect", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--log-level=info")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpu_operator.sim.podspec import (
+from gpu_operator.sim.kubelet.podspec import (
     container_env,
     containers,
     extended_requests,
@@ -15,7 +15,7 @@ from gpu_operator.sim.podspec import (
     referenced_objects,
     restart_policy,
 )
-from gpu_operator.sim.programs import default_registry, parse_command
+from gpu_operator.sim.programs.programs import default_registry, parse_command
 
 
 def _pod(**spec: Any) -> dict[str, Any]:

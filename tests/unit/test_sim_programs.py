@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from gpu_operator.gpu.null import NullBackend
-from gpu_operator.sim.context import InjectedCrashError, ProgramContext, ProgramExit, Signals
-from gpu_operator.sim.launcher import KILLED_EXIT_CODE, Outcome, ProgramRun
-from gpu_operator.sim.programs import Program, ProgramRegistry, default_registry
+from gpu_operator.sim.programs.context import InjectedCrashError, ProgramContext, ProgramExit, Signals
+from gpu_operator.sim.programs.launcher import KILLED_EXIT_CODE, Outcome, ProgramRun
+from gpu_operator.sim.programs.programs import Program, ProgramRegistry, default_registry
 
 
 def _context(tmp_path: Path, **overrides: Any) -> ProgramContext:

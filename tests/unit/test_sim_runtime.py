@@ -18,11 +18,11 @@ from gpu_operator.gpu.null import NullBackend
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.kube.restclient import ApiClient
 from gpu_operator.kubelet.paths import KubeletDirs
-from gpu_operator.sim.devices import DeviceManager
-from gpu_operator.sim.gpuplugin import SimGpuPlugin
-from gpu_operator.sim.host import RuntimeOptions
-from gpu_operator.sim.programs import ProgramRegistry, default_registry
-from gpu_operator.sim.runtime import PodWorker
+from gpu_operator.sim.kubelet.devices import DeviceManager
+from gpu_operator.sim.kubelet.gpuplugin import SimGpuPlugin
+from gpu_operator.sim.kubelet.host import RuntimeOptions
+from gpu_operator.sim.kubelet.runtime import PodWorker
+from gpu_operator.sim.programs.programs import ProgramRegistry, default_registry
 
 JSON = dict[str, Any]
 FAST = RuntimeOptions(restart_backoff=0.0, restart_backoff_max=0.0, grace_cap=1.0)

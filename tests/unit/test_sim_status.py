@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gpu_operator.kube.restclient import ApiClient, ApiError
-from gpu_operator.sim.podstatus import ContainerRecord, StatusWriter, pod_phase, pod_status
+from gpu_operator.sim.kubelet.podstatus import ContainerRecord, StatusWriter, pod_phase, pod_status
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 T1 = T0 + dt.timedelta(seconds=5)

@@ -11,8 +11,8 @@ from typing import Any, cast
 import pytest
 
 from gpu_operator.kube.restclient import ApiClient, ApiError
-from gpu_operator.sim.podspec import containers
-from gpu_operator.sim.volumes import VolumeError, container_mounts, prepare_volumes, refresh_volumes
+from gpu_operator.sim.kubelet.podspec import containers
+from gpu_operator.sim.kubelet.volumes import VolumeError, container_mounts, prepare_volumes, refresh_volumes
 
 JSON = dict[str, Any]
 

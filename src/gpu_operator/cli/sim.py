@@ -25,8 +25,7 @@ from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.kube.restclient import ClusterAccess
 from gpu_operator.localcluster.state import default_state_dir as cluster_state_dir
 from gpu_operator.localcluster.state import live_state, process_start_time
-from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.control import (
+from gpu_operator.sim.control.server import (
     SOCKET_FILE,
     STATE_FILE,
     ControlError,
@@ -37,9 +36,10 @@ from gpu_operator.sim.control import (
     request,
     write_state,
 )
-from gpu_operator.sim.node import GPU_PLUGIN_MODES, NodeOptions
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.kubelet.node import GPU_PLUGIN_MODES, NodeOptions
+from gpu_operator.sim.programs.agents import agent_registry
 from gpu_operator.sim.shapes import parse_node_spec
-from gpu_operator.sim.simulator import Simulator
 
 console = Console()
 state_dir_option = click.option(

@@ -4,7 +4,7 @@
 ``helm install`` of ``deploy/helm/gpu-operator`` creates what it creates on a real cluster: the service
 account, the generated least-privilege RBAC and the operator Deployment. The scheduler binds the pod to
 one of the simulated nodes, whose kubelet runs ``gpu-operator operator`` in-process as that pod, with the
-pod's args, env and service-account token (``gpu_operator.sim.operatorpod``). The chart's ClusterPolicy
+pod's args, env and service-account token (``gpu_operator.sim.programs.operatorpod``). The chart's ClusterPolicy
 is left out (``clusterPolicy.deployCR=false``): the demo applies its own in the next step.
 """
 

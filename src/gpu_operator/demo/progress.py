@@ -22,7 +22,7 @@ from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.kube.typed import Client, Node, Pod
 from gpu_operator.names import keys
 from gpu_operator.names.objects import is_ready
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
 
 JSON = dict[str, Any]
 VALIDATIONS = "run/nvidia/validations"

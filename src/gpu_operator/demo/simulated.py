@@ -45,8 +45,8 @@ from gpu_operator.kube.restclient import ClusterAccess
 from gpu_operator.kube.typed import Client, codecs
 from gpu_operator.localcluster.binaries import ALL_BINARIES, BinariesNotFoundError, KubeBinaries, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster
-from gpu_operator.sim.agents import agent_registry
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
+from gpu_operator.sim.programs.agents import agent_registry
 
 DEFAULT_NODES = "dgx-h100:2,a100-mig:1,pcie-l4:1,cpu-only:1"
 POLICY_NAME = "cluster-policy"

@@ -32,7 +32,7 @@ from gpu_operator.gpu.backend import GpuNotFoundError
 from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.kube.typed import ApiError, Client, Node, PatchType, Pod
 from gpu_operator.names.objects import is_ready
-from gpu_operator.sim.simulator import Simulator
+from gpu_operator.sim.control.simulator import Simulator
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.collect import DRIVER_SELECTOR
 from gpu_operator.upgrade.preview import preview

@@ -27,8 +27,8 @@ from gpu_operator.kube.typed import ApiError, Client, Node, Pod, codecs
 from gpu_operator.kubelet.allocation import ContainerAllocation
 from gpu_operator.localcluster.health import FETCH_ERRORS, fetch_text
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.context import ProgramContext
-from gpu_operator.sim.volumes import loopback_for
+from gpu_operator.sim.kubelet.volumes import loopback_for
+from gpu_operator.sim.programs.context import ProgramContext
 
 JSON = dict[str, Any]
 WORKLOAD_PROGRAM = "demo-workload"

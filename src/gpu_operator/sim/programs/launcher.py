@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_operator.sim.context import InjectedCrashError, ProgramContext, ProgramExit, Signals
-from gpu_operator.sim.programs import ProgramSpec
+from gpu_operator.sim.programs.context import InjectedCrashError, ProgramContext, ProgramExit, Signals
+from gpu_operator.sim.programs.programs import ProgramSpec
 
 log = logging.getLogger(__name__)
 KILLED_EXIT_CODE = 137

@@ -24,10 +24,11 @@ from gpu_operator.gpu.null import NullBackend
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.kubelet.paths import KubeletDirs
-from gpu_operator.sim.devices import DeviceManager
-from gpu_operator.sim.gpuplugin import SimGpuPlugin
-from gpu_operator.sim.heartbeat import Beat, now_utc
-from gpu_operator.sim.host import SimCore
+from gpu_operator.sim.kubelet.devices import DeviceManager
+from gpu_operator.sim.kubelet.gpuplugin import SimGpuPlugin
+from gpu_operator.sim.kubelet.heartbeat import Beat, now_utc
+from gpu_operator.sim.kubelet.host import SimCore
+from gpu_operator.sim.kubelet.runtime import PodWorker
 from gpu_operator.sim.objects import (
     LEASE_NAMESPACE,
     base_capacity,
@@ -37,8 +38,7 @@ from gpu_operator.sim.objects import (
     pod_ip,
     status_patch,
 )
-from gpu_operator.sim.programs import ProgramRegistry
-from gpu_operator.sim.runtime import PodWorker
+from gpu_operator.sim.programs.programs import ProgramRegistry
 from gpu_operator.sim.shapes import os_release, shape_from_profile
 
 JSON = dict[str, Any]
@@ -66,7 +66,7 @@ class NodeOptions:
 
 
 class SimNode:
-    """A simulated node (implements :class:`~gpu_operator.sim.host.PodHost` for its pods)."""
+    """A simulated node (implements :class:`~gpu_operator.sim.kubelet.host.PodHost` for its pods)."""
 
     def __init__(self, *, core: SimCore, name: str, index: int, profile: NodeProfile, options: NodeOptions) -> None:
         self.core = core

@@ -6,7 +6,7 @@ ends is resumed from the last resourceVersion (bookmarks keep it fresh); ``410 G
 connection relists, and pods that disappeared meanwhile are reported deleted.
 
 :class:`PodDispatcher` routes each event to the node the pod is bound to: a new pod gets a
-:class:`~gpu_operator.sim.runtime.PodWorker`; a pod with a ``deletionTimestamp`` is terminated gracefully
+:class:`~gpu_operator.sim.kubelet.runtime.PodWorker`; a pod with a ``deletionTimestamp`` is terminated gracefully
 and then deleted; a pod that vanished (force-deleted) has its programs stopped without further API calls.
 Pods already finished before the simulator saw them are left alone.
 """
@@ -20,9 +20,9 @@ from typing import Any
 
 from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.runtime.backoff import error_kind
-from gpu_operator.sim.host import SimCore
-from gpu_operator.sim.node import SimNode
-from gpu_operator.sim.runtime import PodWorker
+from gpu_operator.sim.kubelet.host import SimCore
+from gpu_operator.sim.kubelet.node import SimNode
+from gpu_operator.sim.kubelet.runtime import PodWorker
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class PodWatch:
 
 
 class PodDispatcher:
-    """``on_event`` for :class:`~gpu_operator.sim.podwatch.PodWatch`, over the simulator's nodes."""
+    """``on_event`` for :class:`~gpu_operator.sim.kubelet.podwatch.PodWatch`, over the simulator's nodes."""
 
     def __init__(self, *, core: SimCore, nodes: dict[str, SimNode]) -> None:
         self.core = core

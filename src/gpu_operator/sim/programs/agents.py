@@ -2,17 +2,17 @@
 
 ``gpu-operator sim up`` runs what the operator deploys: a container ``gpu-operator agent NAME`` on a
 simulated node runs the same ``async def main(ctx)`` the real container runs, with the simulator's
-:class:`~gpu_operator.sim.context.ProgramContext` (which provides everything
+:class:`~gpu_operator.sim.programs.context.ProgramContext` (which provides everything
 ``gpu_operator.agents.runtime.AgentContext`` asks for). The Helm chart's operator pod
-(``gpu-operator operator``) runs :func:`~gpu_operator.sim.operatorpod.operator_program`.
+(``gpu-operator operator``) runs :func:`~gpu_operator.sim.programs.operatorpod.operator_program`.
 """
 
 from __future__ import annotations
 
 from gpu_operator.agents.programs import PROGRAMS
-from gpu_operator.sim.operatorpod import PROGRAM as OPERATOR_PROGRAM
-from gpu_operator.sim.operatorpod import operator_program
-from gpu_operator.sim.programs import ProgramRegistry, default_registry
+from gpu_operator.sim.programs.operatorpod import PROGRAM as OPERATOR_PROGRAM
+from gpu_operator.sim.programs.operatorpod import operator_program
+from gpu_operator.sim.programs.programs import ProgramRegistry, default_registry
 
 
 def agent_registry() -> ProgramRegistry:

@@ -10,9 +10,9 @@ from typing import Protocol
 from gpu_operator.gpu.backend import GpuBackend
 from gpu_operator.kube.restclient import ApiClient
 from gpu_operator.kubelet.paths import KubeletDirs
-from gpu_operator.sim.devices import DeviceManager
-from gpu_operator.sim.heartbeat import Heartbeat
-from gpu_operator.sim.programs import ProgramRegistry
+from gpu_operator.sim.kubelet.devices import DeviceManager
+from gpu_operator.sim.kubelet.heartbeat import Heartbeat
+from gpu_operator.sim.programs.programs import ProgramRegistry
 
 
 @dataclass(frozen=True, kw_only=True)

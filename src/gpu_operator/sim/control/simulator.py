@@ -28,12 +28,13 @@ from typing import Any, TypeVar
 
 from gpu_operator.gpu.catalog import node_profile
 from gpu_operator.kube.restclient import ApiClient, ClusterAccess
-from gpu_operator.sim import control, faults
-from gpu_operator.sim.heartbeat import LEASE_INTERVAL, STATUS_INTERVAL, Heartbeat
-from gpu_operator.sim.host import RuntimeOptions, SimCore
-from gpu_operator.sim.node import NodeOptions, SimNode
-from gpu_operator.sim.podwatch import PodDispatcher, PodWatch
-from gpu_operator.sim.programs import ProgramRegistry, default_registry
+from gpu_operator.sim.control import faults
+from gpu_operator.sim.control import server as control
+from gpu_operator.sim.kubelet.heartbeat import LEASE_INTERVAL, STATUS_INTERVAL, Heartbeat
+from gpu_operator.sim.kubelet.host import RuntimeOptions, SimCore
+from gpu_operator.sim.kubelet.node import NodeOptions, SimNode
+from gpu_operator.sim.kubelet.podwatch import PodDispatcher, PodWatch
+from gpu_operator.sim.programs.programs import ProgramRegistry, default_registry
 from gpu_operator.sim.shapes import NodeRequest, parse_node_spec
 
 T = TypeVar("T")

@@ -27,9 +27,8 @@ from typing import Any
 from gpu_operator.kube.nodecluster import RestCluster
 from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.kubelet.allocation import ContainerAllocation
-from gpu_operator.sim.context import NodeLabels, ProgramContext, Signals
-from gpu_operator.sim.host import PodHost
-from gpu_operator.sim.podspec import (
+from gpu_operator.sim.kubelet.host import PodHost
+from gpu_operator.sim.kubelet.podspec import (
     ContainerSpec,
     ObjectKey,
     container_env,
@@ -37,6 +36,7 @@ from gpu_operator.sim.podspec import (
     field_value,
     referenced_objects,
 )
+from gpu_operator.sim.programs.context import NodeLabels, ProgramContext, Signals
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)

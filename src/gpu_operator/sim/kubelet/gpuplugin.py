@@ -1,7 +1,7 @@
 """The simulator's own minimal ``nvidia.com/gpu`` device plugin, backed by the node's simulated GPUs.
 
 It exists so simulated nodes can show GPU capacity without the real device plugin agent (which runs as a
-DaemonSet pod), and so a thousand nodes can be simulated: as a :class:`~gpu_operator.sim.devices.LocalPlugin`
+DaemonSet pod), and so a thousand nodes can be simulated: as a :class:`~gpu_operator.sim.kubelet.devices.LocalPlugin`
 it is called in-process, and with :meth:`SimGpuPlugin.serve` it speaks real gRPC on
 ``<plugin dir>/nvidia-gpu.sock`` and registers with the node's kubelet socket. Device ids are GPU UUIDs;
 health follows the backend's events (a critical XID or a lost GPU makes a device Unhealthy, recovery makes

@@ -1,4 +1,4 @@
-"""Fault injection on simulated nodes (called through :class:`~gpu_operator.sim.simulator.Simulator` and the
+"""Fault injection on simulated nodes (called through :class:`~gpu_operator.sim.control.simulator.Simulator` and the
 ``gpu-operator sim fault`` control channel).
 
 GPU faults delegate to the node's simulated backend (which queues the health event agents see in
@@ -13,7 +13,7 @@ from __future__ import annotations
 from gpu_operator.agents.drivermanager.modules import FAIL_INSTALL_MARKER
 from gpu_operator.gpu.backend import GpuError
 from gpu_operator.gpu.simulated import SimulatedBackend
-from gpu_operator.sim.node import SimNode
+from gpu_operator.sim.kubelet.node import SimNode
 
 
 class FaultError(RuntimeError):

@@ -15,7 +15,7 @@ the chart's Role and ClusterRole, and the token dies with the pod. (The tests' i
 as the cluster admin instead.)
 
 ``/healthz``, ``/readyz`` and ``/metrics`` are served on the pod's own loopback address (see
-``GPU_OPERATOR_BIND_ADDRESS`` in :mod:`gpu_operator.sim.volumes`); the container has a readiness probe,
+``GPU_OPERATOR_BIND_ADDRESS`` in :mod:`gpu_operator.sim.kubelet.volumes`); the container has a readiness probe,
 so the program reports Ready once a first reconcile pass finished, as ``/readyz`` does. ``--log-level`` is
 accepted and ignored: in-process, logging belongs to the process hosting the simulator.
 """
@@ -33,8 +33,8 @@ from gpu_operator.reconcile.clusterpolicy import Outcome
 from gpu_operator.reconcile.endpoints import OperatorMetrics, serve
 from gpu_operator.reconcile.operator import Operator
 from gpu_operator.render import OperatorSettings
-from gpu_operator.sim.context import ProgramContext, ProgramExit
-from gpu_operator.sim.volumes import BIND_ADDRESS_ENV
+from gpu_operator.sim.kubelet.volumes import BIND_ADDRESS_ENV
+from gpu_operator.sim.programs.context import ProgramContext, ProgramExit
 
 log = logging.getLogger(__name__)
 PROGRAM = "operator"

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from gpu_operator.localcluster.state import process_alive, process_start_time
-from gpu_operator.sim import faults
-from gpu_operator.sim.node import SimNode
+from gpu_operator.sim.control import faults
+from gpu_operator.sim.kubelet.node import SimNode
 
 JSON = dict[str, Any]
 STATE_FILE = "sim.json"

@@ -17,15 +17,21 @@ import shutil
 from typing import Any
 
 from gpu_operator.kubelet.plugin_client import DevicePluginError
-from gpu_operator.sim.context import ProgramContext, Signals
-from gpu_operator.sim.devices import AdmissionError
-from gpu_operator.sim.heartbeat import now_utc
-from gpu_operator.sim.host import PodHost, RuntimeOptions
-from gpu_operator.sim.launcher import ProgramRun
-from gpu_operator.sim.podspec import ContainerSpec, containers, extended_requests, has_readiness_probe, restart_policy
-from gpu_operator.sim.podstatus import RUNNING, ContainerRecord, StatusWriter, pod_phase, pod_status
-from gpu_operator.sim.programs import parse_command
-from gpu_operator.sim.volumes import PodSetup, SetupError, prepare, refresh_volumes, synced_volumes
+from gpu_operator.sim.kubelet.devices import AdmissionError
+from gpu_operator.sim.kubelet.heartbeat import now_utc
+from gpu_operator.sim.kubelet.host import PodHost, RuntimeOptions
+from gpu_operator.sim.kubelet.podspec import (
+    ContainerSpec,
+    containers,
+    extended_requests,
+    has_readiness_probe,
+    restart_policy,
+)
+from gpu_operator.sim.kubelet.podstatus import RUNNING, ContainerRecord, StatusWriter, pod_phase, pod_status
+from gpu_operator.sim.kubelet.volumes import PodSetup, SetupError, prepare, refresh_volumes, synced_volumes
+from gpu_operator.sim.programs.context import ProgramContext, Signals
+from gpu_operator.sim.programs.launcher import ProgramRun
+from gpu_operator.sim.programs.programs import parse_command
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)

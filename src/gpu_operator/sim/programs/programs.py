@@ -4,7 +4,7 @@ The operator deploys its agents as ``gpu-operator agent NAME ARGS...`` (the comm
 image), and the Helm chart runs the operator itself as ``gpu-operator operator ARGS...``. The simulator
 looks the program up in a :class:`ProgramRegistry` (one per simulator, no module state) -- NAME for an
 agent, the verb for the other commands of our image that a pod may run (:data:`PROGRAM_VERBS`) -- and
-runs the entrypoint in-process with a per-container :class:`~gpu_operator.sim.context.ProgramContext`:
+runs the entrypoint in-process with a per-container :class:`~gpu_operator.sim.programs.context.ProgramContext`:
 coroutine functions as tasks in the simulator's event loop (preferred: they scale to thousands of nodes),
 plain functions in a thread of their own. Anything else in a container command is not ours: the container
 waits with reason ``UnknownProgram``.
@@ -21,13 +21,13 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from gpu_operator.sim.context import ProgramContext, ProgramExit
+from gpu_operator.sim.programs.context import ProgramContext, ProgramExit
 
 Program = Callable[[ProgramContext], Awaitable[None] | None]
 EXECUTABLE = "gpu-operator"
 AGENT_VERB = "agent"
 #: Commands of our image that run as a pod without an agent NAME: ``gpu-operator operator ARGS...`` runs the
-#: program registered as ``operator`` (the Helm chart's Deployment; see ``gpu_operator.sim.operatorpod``).
+#: program registered as ``operator`` (the Helm chart's Deployment; see ``gpu_operator.sim.programs.operatorpod``).
 PROGRAM_VERBS = frozenset({"operator"})
 
 
