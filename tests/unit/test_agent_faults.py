@@ -140,3 +140,21 @@ def test_the_driver_manager_waits_through_the_faults(kind: str) -> None:
         )
 
     assert asyncio.run(scenario()) == []  # the faults were "not yet", and then the list showed no pods
+
+
+def test_a_wait_that_never_gets_an_answer_says_why() -> None:
+    async def scenario() -> list[str]:
+        api = FakeApi()
+        api.fail(path=r"^/api/v1/pods", times=1000, status=403)
+        cluster = LightkubeCluster(node_name=NODE, client=api.client())
+        clock = iter(range(1000))
+
+        async def sleep(_seconds: float) -> bool:
+            return False
+
+        return await wait_for_pods_gone(
+            cluster, apps=["nvidia-device-plugin-daemonset"], timeout=3, sleep=sleep, clock=lambda: next(clock)
+        )
+
+    left = asyncio.run(scenario())
+    assert left == ["app=nvidia-device-plugin-daemonset (not listed: http_403: injected fault)"]

@@ -62,7 +62,10 @@ class LightkubeCluster:
         return self._kube
 
     async def node(self) -> NodeInfo:
-        return _node_info(await self._api().get("v1", "Node", self.node_name) or {})
+        node = await self._api().get("v1", "Node", self.node_name)
+        if node is None:
+            raise LookupError(f"Node {self.node_name} does not exist")  # as RestCluster's 404 does
+        return _node_info(node)
 
     async def patch_node(
         self,

@@ -6,6 +6,7 @@ by HTTP status (``http_429``): few distinct values, so the label set stays small
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 #: Upper bound on an API server's Retry-After we honour: a bogus header must not park a loop for hours.
@@ -28,7 +29,9 @@ def retry_after(error: BaseException) -> float | None:
         seconds = float(headers.get("retry-after", ""))
     except (TypeError, ValueError):
         return None  # absent, or an HTTP date: fall back to our own backoff
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None  # "0", negative or nan: no reason to retry sooner than our own schedule
+    return min(seconds, MAX_RETRY_AFTER)
 
 
 def error_kind(error: BaseException) -> str:
@@ -56,4 +59,5 @@ class Backoff:
         delay = self._next
         self._next = min(self._next * 2, self.ceiling)
         asked = retry_after(error) if error is not None else None
-        return asked if asked is not None else delay
+        # The server's wait is a floor: never retry sooner than it asked, nor sooner than our schedule.
+        return max(asked, delay) if asked is not None else delay

@@ -81,7 +81,10 @@ class Loop:
     async def run(self, *, stop: asyncio.Event) -> None:
         while not stop.is_set():
             if self.gate is not None and not self.gate.is_set():
-                await pause(stop, wake=self.wake, seconds=self.gate_poll)
+                # Wait for the gate itself, not the wake event: changes keep arriving while a standby
+                # waits (its caches stay warm), and waking on them would spin. The wake stays set, so
+                # the first pass after the gate opens runs at once.
+                await pause(stop, wake=self.gate, seconds=self.gate_poll)
                 continue
             self.wake.clear()
             delay = await self._pass()
@@ -95,7 +98,9 @@ class Loop:
         except Exception as error:  # the catch-all: a failed pass must never end the loop
             kind = self.stats.failed(error)
             delay = self.backoff.next(error)
-            log.warning("%s: pass failed (%s), retrying in %.1f s: %s", self.name, kind, delay, error)
+            # The traceback once per kind of failure: a bug stays debuggable, an outage does not flood the log.
+            log.warning("%s: pass failed (%s), retrying in %.1f s: %s", self.name, kind, delay, error,
+                        exc_info=self.stats.errors[kind] == 1)  # fmt: skip
             return delay
         self.stats.passes += 1
         self.stats.last_success = time.time()

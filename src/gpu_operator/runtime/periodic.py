@@ -46,7 +46,8 @@ async def every(
             delay = backoff.next(error)
             if seconds is not None:
                 delay = min(delay, seconds)
-            log.warning("%s: round failed (%s), retrying in %.1f s: %s", name, kind, delay, error)
+            log.warning("%s: round failed (%s), retrying in %.1f s: %s", name, kind, delay, error,
+                        exc_info=stats.errors[kind] == 1)  # fmt: skip
         else:
             stats.passes += 1
             stats.last_success = time.time()
@@ -78,5 +79,5 @@ async def attempt(work: Callable[[], Awaitable[T]], *, name: str, stats: LoopSta
         raise
     except Exception as error:  # the catch-all of a polling step: "not yet", never the end of the agent
         kind = stats.failed(error) if stats is not None else error_kind(error)
-        log.warning("%s: step failed (%s), polling again: %s", name, kind, error)
+        log.warning("%s: step failed (%s), polling again: %s", name, kind, error, exc_info=True)
         return Attempt(error=error)

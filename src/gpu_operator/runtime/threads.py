@@ -9,6 +9,7 @@ fresh ones, as a restarted process would start with nothing. What ``main`` raise
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -30,14 +31,16 @@ class LoopThread:
         self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
     def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
+        # This run's own loop and event: a restart after a stop that timed out must not swap them here.
+        loop, stop = self.loop, self.stop_event
+        asyncio.set_event_loop(loop)
         try:
-            self.loop.run_until_complete(self.main(self.stop_event))
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            loop.run_until_complete(self.main(stop))
+            loop.run_until_complete(loop.shutdown_asyncgens())
         except BaseException as error:  # kept for the caller: a thread has nobody else to tell
             self.error = error
         finally:
-            self.loop.close()  # an unclosed loop leaks its self-pipe sockets into whatever runs next
+            loop.close()  # an unclosed loop leaks its self-pipe sockets into whatever runs next
 
     @property
     def alive(self) -> bool:
@@ -49,8 +52,11 @@ class LoopThread:
 
     def stop(self, *, timeout: float = 30.0) -> None:
         if self.thread.is_alive():  # stopped already when main returned (or a test stopped it early)
-            self.loop.call_soon_threadsafe(self.stop_event.set)
+            with contextlib.suppress(RuntimeError):  # the loop closed between the check and the call
+                self.loop.call_soon_threadsafe(self.stop_event.set)
             self.thread.join(timeout=timeout)
+            if self.thread.is_alive():
+                raise TimeoutError(f"{self.name} did not stop within {timeout:g} s")
 
     def restart(self) -> None:
         """Stop, then start again on a new thread and loop: nothing of the old run is kept."""

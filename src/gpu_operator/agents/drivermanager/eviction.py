@@ -17,6 +17,7 @@ from functools import partial
 from gpu_operator.agents.shared.cluster import Eviction, NodeCluster, PodInfo
 from gpu_operator.agents.shared.operands import Clock, Sleep
 from gpu_operator.names.pods import drain_candidates, gpu_pods, refusal
+from gpu_operator.runtime.backoff import error_kind
 from gpu_operator.runtime.periodic import attempt
 
 
@@ -55,9 +56,12 @@ async def _evict_until_gone(
     wanted = {(p.namespace, p.name) for p in pods}
     blocked: set[tuple[str, str]] = set()
     left = sorted(wanted)
+    last_error = ""
     while True:
         # A list or an eviction that fails (the API briefly unreachable) is tried again next poll.
         listed = await attempt(cluster.list_pods, name=what)
+        if listed.error is not None:
+            last_error = f"{error_kind(listed.error)}: {listed.error}"
         if listed.value is not None:
             present = {(p.namespace, p.name): p for p in listed.value}
             left = sorted(key for key in wanted if key in present)
@@ -68,13 +72,16 @@ async def _evict_until_gone(
                 if present[(namespace, name)].terminating:
                     continue  # evicted: terminating within its grace period
                 evicted = await attempt(partial(cluster.evict, namespace=namespace, name=name), name=what)
+                if evicted.error is not None:
+                    last_error = f"{error_kind(evicted.error)}: {evicted.error}"
                 if evicted.value is Eviction.BLOCKED:
                     blocked.add((namespace, name))
         if clock() >= deadline:
             names = ", ".join(
                 f"{n}/{p}" + (" (blocked by a PodDisruptionBudget)" if (n, p) in blocked else "") for n, p in left
             )
-            raise EvictionError(f"{what}: not done after {options.timeout:g} s: {names}")
+            cause = f" (last API error: {last_error})" if last_error else ""
+            raise EvictionError(f"{what}: not done after {options.timeout:g} s: {names}{cause}")
         if await sleep(options.interval):
             raise EvictionError(f"{what}: interrupted (the agent is stopping)")
 

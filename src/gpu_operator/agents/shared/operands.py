@@ -16,6 +16,7 @@ from types import MappingProxyType
 
 from gpu_operator.agents.shared.cluster import NodeCluster
 from gpu_operator.names import keys
+from gpu_operator.runtime.backoff import error_kind
 from gpu_operator.runtime.periodic import attempt
 
 DEPLOY = keys.DEPLOY_PREFIX
@@ -121,6 +122,8 @@ async def wait_for_pods_gone(
         listed = await attempt(partial(_operand_pods, cluster, apps), name="waiting for operand pods to go")
         if listed.value is not None:  # else the API failed: poll again
             left = listed.value
+        elif listed.error is not None:  # what is returned at the timeout then says why nothing was listed
+            left = [f"app={app} (not listed: {error_kind(listed.error)}: {listed.error})" for app in apps]
         if (listed.ok and not left) or clock() >= deadline:
             return sorted(left)
         if await sleep(min(interval, max(0.0, deadline - clock()))):

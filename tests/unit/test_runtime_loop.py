@@ -1,0 +1,94 @@
+"""The runtime's loop and backoff: a standby waits without spinning, Retry-After is a floor."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+
+import gpu_operator.runtime.loop as loop_module
+from gpu_operator.runtime.backoff import Backoff, error_kind, retry_after
+from gpu_operator.runtime.loop import Loop, Result
+
+
+def _status_error(code: int, retry: str | None = None) -> httpx.HTTPStatusError:
+    request = httpx.Request("GET", "http://api.invalid/")
+    headers = {"Retry-After": retry} if retry is not None else {}
+    response = httpx.Response(code, headers=headers, request=request)
+    return httpx.HTTPStatusError("failed", request=request, response=response)
+
+
+def test_a_closed_gate_is_waited_on_not_polled_while_changes_keep_waking(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"pause": 0, "work": 0}
+    real_pause = loop_module.pause
+
+    async def counting(*args: Any, **kwargs: Any) -> None:
+        calls["pause"] += 1
+        await real_pause(*args, **kwargs)
+
+    monkeypatch.setattr(loop_module, "pause", counting)
+
+    async def scenario() -> None:
+        async def work() -> Result:
+            calls["work"] += 1
+            return Result(after=60)
+
+        gate, stop = asyncio.Event(), asyncio.Event()
+        loop = Loop(name="t", work=work, gate=gate, gate_poll=60)
+        loop.wake.set()  # the informers' first list woke it: a standby must still not spin
+        task = asyncio.create_task(loop.run(stop=stop))
+        for _ in range(200):
+            await asyncio.sleep(0)
+        assert calls == {"pause": 1, "work": 0}  # one wait on the gate, no pass
+        gate.set()  # elected: the pending wake makes the first pass run at once
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert calls["work"] == 1
+        stop.set()
+        await task
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_pass_is_counted_and_the_next_one_runs() -> None:
+    async def scenario() -> Loop:
+        results: list[Exception | Result] = [RuntimeError("boom"), Result(after=60)]
+
+        async def work() -> Result:
+            item = results.pop(0)
+            if isinstance(item, Exception):
+                raise item
+            return item
+
+        loop = Loop(name="t", work=work, backoff=Backoff(initial=0.0, ceiling=0.0))
+        stop = asyncio.Event()
+        task = asyncio.create_task(loop.run(stop=stop))
+        while loop.stats.passes < 1:
+            await asyncio.sleep(0)
+        stop.set()
+        await task
+        return loop
+
+    loop = asyncio.run(scenario())
+    assert (loop.stats.failures, loop.stats.passes, dict(loop.stats.errors)) == (1, 1, {"RuntimeError": 1})
+    assert loop.stats.last_error == "RuntimeError: boom"
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"), [("2", 2.0), ("0", None), ("-5", None), ("nan", None), ("soon", None), ("900", 60.0)]
+)
+def test_retry_after_is_read_only_when_it_asks_for_a_real_wait(header: str, expected: float | None) -> None:
+    assert retry_after(_status_error(429, header)) == expected
+    assert retry_after(_status_error(500, header)) is None  # only 429 and 503 carry it
+
+
+def test_the_backoff_doubles_to_its_ceiling_and_takes_retry_after_as_a_floor() -> None:
+    backoff = Backoff(initial=0.1, ceiling=0.4)
+    assert [backoff.next() for _ in range(4)] == [0.1, 0.2, 0.4, 0.4]
+    backoff.reset()
+    assert backoff.next(_status_error(429, "2")) == 2.0  # the server asks for longer than our schedule
+    assert backoff.next(_status_error(429, "0")) == 0.2  # "0" is no reason to retry sooner than our schedule
+    assert error_kind(_status_error(503)) == "http_503"
+    assert error_kind(httpx.ConnectError("refused")) == "ConnectError"
