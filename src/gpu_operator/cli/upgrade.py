@@ -1,7 +1,7 @@
 """``gpu-operator upgrade plan``: a dry-run preview of a driver rollout, before anything changes.
 
 From the live cluster (``--kubeconfig`` or ``KUBECONFIG``) and, with ``--policy FILE``, a proposed
-ClusterPolicy (``upgrade_proposal`` asks the API server, as a dry run, which driver pods the change
+ClusterPolicy (``upgrade.proposal`` asks the API server, as a dry run, which driver pods the change
 would put out of date), it prints the waves in which nodes will be upgraded, the pods each node will
 evict or wait for, what blocks (PodDisruptionBudgets, skip labels, cordoned or unready nodes, images
 that cannot be pulled), and an estimated duration from the install time measured on the current
@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gpu_operator.api.validation import DocumentError, load_file
-from gpu_operator.cli.upgrade_proposal import Proposal, build_proposal
 from gpu_operator.upgrade.preview import Preview, preview
+from gpu_operator.upgrade.proposal import Proposal, build_proposal
 
 
 def _duration(seconds: float) -> str:

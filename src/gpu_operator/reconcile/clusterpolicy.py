@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from gpu_operator.api.clusterpolicy import ClusterPolicy, active_policy
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.kube.api import JSON, Kube, applied_hash, with_applied_hash
+from gpu_operator.kube.facts import gather_facts
 from gpu_operator.names import keys
 from gpu_operator.observe.status import REFUSED_CONDITION, Status, ignored_status, policy_status, state_result
 from gpu_operator.reconcile.daemonsets import readiness_of
@@ -37,8 +38,6 @@ from gpu_operator.render import (
     OperatorSettings,
     RenderError,
     StateManifests,
-    facts_from_nodes,
-    node_info,
     render,
 )
 from gpu_operator.render.meta import with_owner
@@ -95,20 +94,6 @@ async def label_namespace(kube: Kube, *, namespace: str, policy: ClusterPolicy) 
     if missing:
         await kube.patch_labels("v1", "Namespace", namespace, missing)
     return bool(missing)
-
-
-async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, precompiled: bool) -> ClusterFacts:
-    configmaps = await kube.names("v1", "ConfigMap", namespace=namespace)
-    secrets = await kube.names("v1", "Secret", namespace=namespace)
-    return facts_from_nodes(
-        [node_info(n) for n in nodes],
-        namespace=namespace,
-        precompiled=precompiled,
-        has_service_monitor_crd=await kube.crd_exists("servicemonitors.monitoring.coreos.com"),
-        nfd_installed=await kube.crd_exists("nodefeatures.nfd.k8s-sigs.io"),
-        configmaps=configmaps,
-        secrets=secrets,
-    )
 
 
 Key = tuple[str, str, str, str]

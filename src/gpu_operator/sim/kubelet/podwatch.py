@@ -18,8 +18,9 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from gpu_operator.kube.informer import MAX_RETRY_SECONDS, RETRY_SECONDS
 from gpu_operator.kube.restclient import ApiClient, ApiError
-from gpu_operator.runtime.backoff import error_kind
+from gpu_operator.runtime.backoff import Backoff, error_kind
 from gpu_operator.sim.kubelet.host import SimCore
 from gpu_operator.sim.kubelet.node import SimNode
 from gpu_operator.sim.kubelet.runtime import PodWorker
@@ -48,16 +49,21 @@ class PodWatch:
         self.synced = asyncio.Event()
 
     async def run(self) -> None:
+        # The informers' retry policy (kube.informer): 1 s doubling to 30 s while lists keep failing, or
+        # what the API server's Retry-After asks; a 410 Gone relists at once.
+        backoff = Backoff(initial=RETRY_SECONDS, ceiling=MAX_RETRY_SECONDS)
         while True:
             try:
                 version = await self._list()
+                backoff.reset()
                 while True:
                     version = await self._watch(version)
             except _GoneError:
                 log.info("pod watch: resourceVersion expired, relisting")
             except Exception as error:  # whatever broke the watch, the shared pod watch must go on
-                log.warning("pod watch failed (%s: %s); relisting in 1 s", error_kind(error), error)
-                await asyncio.sleep(1.0)
+                delay = backoff.next(error)
+                log.warning("pod watch failed (%s: %s); relisting in %.1f s", error_kind(error), error, delay)
+                await asyncio.sleep(delay)
 
     async def _list(self) -> str:
         listing = await self.api.get(PATH, params={"fieldSelector": SELECTOR})

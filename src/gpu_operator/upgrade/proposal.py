@@ -19,8 +19,8 @@ from typing import Any
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.kube.api import JSON, Kube, strip
+from gpu_operator.kube.facts import gather_facts
 from gpu_operator.kube.typed import ApiError, codecs
-from gpu_operator.reconcile.clusterpolicy import gather_facts
 from gpu_operator.render import OperatorSettings, render
 from gpu_operator.render.meta import with_owner
 from gpu_operator.upgrade.collect import CLUSTER_POLICY, DRIVER_SELECTOR, Cluster, read_cluster, startup, template_env

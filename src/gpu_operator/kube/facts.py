@@ -1,0 +1,27 @@
+"""What the renderer needs to know of the live cluster, read through ``Kube``: the nodes' facts, which
+ConfigMaps and Secrets exist, and whether the ServiceMonitor and NFD CRDs are installed.
+
+The operator's reconciler and ``gpu-operator upgrade plan`` (``upgrade.proposal``) read the same facts,
+so a preview renders exactly what the operator would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.render import ClusterFacts, facts_from_nodes, node_info
+
+
+async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, precompiled: bool) -> ClusterFacts:
+    configmaps = await kube.names("v1", "ConfigMap", namespace=namespace)
+    secrets = await kube.names("v1", "Secret", namespace=namespace)
+    return facts_from_nodes(
+        [node_info(n) for n in nodes],
+        namespace=namespace,
+        precompiled=precompiled,
+        has_service_monitor_crd=await kube.crd_exists("servicemonitors.monitoring.coreos.com"),
+        nfd_installed=await kube.crd_exists("nodefeatures.nfd.k8s-sigs.io"),
+        configmaps=configmaps,
+        secrets=secrets,
+    )
