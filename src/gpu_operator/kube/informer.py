@@ -95,7 +95,8 @@ class Informer:
         """The cached objects whose labels satisfy ``labels``, in name order (as the API lists them)."""
         out = [obj for _, obj in sorted(self.items.items())]
         if labels:
-            out = [o for o in out if matches((o.get("metadata") or {}).get("labels") or {}, labels)]
+            wanted = of_mapping(labels)  # built once per query, not once per cached object
+            out = [o for o in out if wanted.matches((o.get("metadata") or {}).get("labels") or {})]
         return out
 
     async def run(self, *, stop: asyncio.Event) -> None:
