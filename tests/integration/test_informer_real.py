@@ -1,5 +1,7 @@
 """An informer against a real API server survives an outage: kube-apiserver is stopped and started
-again under it, objects change right after, and the cache ends up exactly like the cluster."""
+again under it, objects change right after, and the cache ends up exactly like the cluster. Two informers
+run side by side, one through each :class:`~gpu_operator.kube.client.KubeClient` (lightkube's ``Kube``,
+the simulator's ``RestKube``): both clients keep one informer's behaviour on a real server."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ from collections.abc import Callable
 from lightkube import AsyncClient, KubeConfig, codecs
 from lightkube.resources.core_v1 import ConfigMap
 
+from gpu_operator.kube.api import Kube
 from gpu_operator.kube.informer import Informer
+from gpu_operator.kube.restclient import ApiClient, ClusterAccess
+from gpu_operator.kube.restkube import RestKube
 from gpu_operator.kube.slim import slim_metadata
 from gpu_operator.localcluster.binaries import ALL_BINARIES, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster
@@ -33,40 +38,59 @@ def _configmap(name: str) -> ConfigMap:
 def test_an_informer_relists_after_the_api_server_restarts() -> None:
     with LocalCluster(binaries=locate_binaries(required=ALL_BINARIES)) as cluster:
         admin = cluster.client(field_manager="tests")
-        changes: list[tuple[str | None, str | None]] = []
+        changes: dict[str, list[tuple[str | None, str | None]]] = {"Kube": [], "RestKube": []}
 
-        def record(old: dict | None, new: dict | None) -> None:  # type: ignore[type-arg]
-            changes.append(((old or {}).get("metadata", {}).get("name"), (new or {}).get("metadata", {}).get("name")))
+        def recorder(client: str) -> Callable[[dict | None, dict | None], None]:  # type: ignore[type-arg]
+            def record(old: dict | None, new: dict | None) -> None:  # type: ignore[type-arg]
+                names = ((old or {}).get("metadata", {}).get("name"), (new or {}).get("metadata", {}).get("name"))
+                changes[client].append(names)
 
-        async def scenario() -> Informer:
+            return record
+
+        async def scenario() -> list[Informer]:
             client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig_path))
-            informer = Informer(
-                client, ConfigMap, "v1", "ConfigMap", namespace=NAMESPACE, labels={}, transform=slim_metadata,
-                on_change=record,
-            )  # fmt: skip
+            rest = ApiClient(access=ClusterAccess.from_kubeconfig(cluster.kubeconfig_path))
+            informers = [
+                Informer(
+                    source,
+                    "v1",
+                    "ConfigMap",
+                    namespace=NAMESPACE,
+                    labels={},
+                    transform=slim_metadata,
+                    on_change=recorder(type(source).__name__),
+                )
+                for source in (Kube(client), RestKube(rest))
+            ]
             stop = asyncio.Event()
-            task = asyncio.create_task(informer.run(stop=stop))
+            tasks = [asyncio.create_task(informer.run(stop=stop)) for informer in informers]
+
+            def cached(name: str) -> bool:
+                return all((NAMESPACE, name) in informer.items for informer in informers)
+
             try:
                 await asyncio.to_thread(admin.create, _configmap("before"))
-                await _until(lambda: (NAMESPACE, "before") in informer.items, what="the first ConfigMap cached")
+                await _until(lambda: cached("before"), what="the first ConfigMap cached by both")
                 await asyncio.to_thread(cluster.restart_apiserver)
-                # Right after the outage, before the informer has listed again (it backs off): nothing is lost.
+                # Right after the outage, before the informers have listed again (they back off): nothing is lost.
                 await asyncio.to_thread(admin.delete, ConfigMap, "before", namespace=NAMESPACE)
                 await asyncio.to_thread(admin.create, _configmap("after"))
                 await _until(
-                    lambda: (NAMESPACE, "after") in informer.items and (NAMESPACE, "before") not in informer.items,
-                    what="the cache following the cluster after the restart",
+                    lambda: cached("after") and not any((NAMESPACE, "before") in i.items for i in informers),
+                    what="both caches following the cluster after the restart",
                 )
             finally:
                 stop.set()
-                await asyncio.wait_for(task, timeout=30)
+                await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
                 await client.close()
-            return informer
+                await rest.close()
+            return informers
 
-        informer = asyncio.run(scenario())
+        informers = asyncio.run(scenario())
         admin.close()
-    assert informer.lists >= 2  # the broken watch made it list again
-    assert ("before", None) in changes
-    assert (None, "after") in changes
-    assert informer.items[(NAMESPACE, "after")]["metadata"]["name"] == "after"
-    assert "data" not in informer.items[(NAMESPACE, "after")]
+    for informer, seen in zip(informers, changes.values(), strict=True):
+        assert informer.lists >= 2  # the broken watch made it list again
+        assert ("before", None) in seen
+        assert (None, "after") in seen
+        assert informer.items[(NAMESPACE, "after")]["metadata"]["name"] == "after"
+        assert "data" not in informer.items[(NAMESPACE, "after")]

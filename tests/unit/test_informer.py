@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gpu_operator.kube.api import Kube, applied_hash, with_applied_hash
+from gpu_operator.kube.client import WatchExpiredError
 from gpu_operator.kube.informer import Informer
 from gpu_operator.kube.slim import slim_node, slim_pod
 from gpu_operator.names.pods import pod_view
@@ -22,7 +23,9 @@ JSON = dict[str, Any]
 UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
 
 
-def _node(name: str = "n1", *, beat: int = 1, labels: JSON | None = None, ready: str = "True") -> JSON:
+def _node(
+    name: str = "n1", *, beat: int = 1, labels: JSON | None = None, ready: str = "True", uid: str | None = None
+) -> JSON:
     conditions = [
         {"type": t, "status": s, "lastHeartbeatTime": f"2026-11-30T1{beat}:00:00Z", "reason": "KubeletReady"}
         for t, s in (("MemoryPressure", "False"), ("Ready", ready))
@@ -31,7 +34,7 @@ def _node(name: str = "n1", *, beat: int = 1, labels: JSON | None = None, ready:
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
-            "name": name, "uid": f"uid-{name}", "resourceVersion": str(beat),
+            "name": name, "uid": uid or f"uid-{name}", "resourceVersion": str(beat),
             "creationTimestamp": "2026-11-30T09:00:00Z",
             "labels": {"nvidia.com/gpu.present": "true", **(labels or {})},
             "annotations": {"nvidia.com/gpu-driver-upgrade-drain.start-time": "1700000000"},
@@ -103,7 +106,7 @@ def _informer(**kw: Any) -> tuple[Informer, list[tuple[JSON | None, JSON | None]
     seen: list[tuple[JSON | None, JSON | None]] = []
     informer = Informer(
         None,  # type: ignore[arg-type]
-        None, "v1", "Node", transform=slim_node, on_change=lambda o, n: seen.append((o, n)), **kw,
+        "v1", "Node", transform=slim_node, on_change=lambda o, n: seen.append((o, n)), **kw,
     )  # fmt: skip
     return informer, seen
 
@@ -161,7 +164,7 @@ def test_lists_are_served_from_a_synced_cache_that_covers_them() -> None:
 
     pods = Informer(
         Client(),  # type: ignore[arg-type]
-        "PodResource", "v1", "Pod", namespace="gpu-operator", labels={"app": "driver"},
+        "v1", "Pod", namespace="gpu-operator", labels={"app": "driver"},
     )  # fmt: skip
     pods.apply("ADDED", _pod("b", labels={"app": "driver", "pool": "x"}))
     pods.apply("ADDED", _pod("a", labels={"app": "driver"}))
@@ -193,7 +196,7 @@ def test_lists_are_served_from_a_synced_cache_that_covers_them() -> None:
 
 class _Listing:
     def __init__(self, items: list[JSON], version: str) -> None:
-        self.items, self.resourceVersion = items, version
+        self.items, self.resource_version = items, version
 
     async def __aiter__(self) -> AsyncIterator[JSON]:
         for item in self.items:
@@ -206,10 +209,10 @@ def test_a_broken_watch_lists_again_and_reports_what_changed_meanwhile() -> None
     watched: list[str | None] = []
 
     class Client:
-        def list(self, res: Any, **kw: Any) -> _Listing:
+        def list_stream(self, api_version: str, kind: str, **kw: Any) -> _Listing:
             return _Listing(lists.pop(0), version=f"v{len(lists)}")
 
-        async def watch(self, res: Any, *, resource_version: str | None = None, **kw: Any) -> AsyncIterator[Any]:
+        async def watch(self, api_version: str, kind: str, *, resource_version: str, **kw: Any) -> AsyncIterator[Any]:
             watched.append(resource_version)
             if not lists:  # the second watch: the test has seen what it needs
                 stop.set()
@@ -227,6 +230,30 @@ def test_a_broken_watch_lists_again_and_reports_what_changed_meanwhile() -> None
     assert changes == [(None, "n1"), (None, "n2"), ("n1", "n1"), ("n1", None), ("n2", "n2"), (None, "n3")]
 
 
+def test_410_gone_lists_again_at_once_and_a_replaced_object_is_deleted_then_added() -> None:
+    stop = asyncio.Event()
+    lists = [[_node("n1", uid="old")], [_node("n1", uid="new")]]
+
+    class Client:
+        def list_stream(self, api_version: str, kind: str, **kw: Any) -> _Listing:
+            return _Listing(lists.pop(0), version="v")
+
+        async def watch(self, api_version: str, kind: str, *, resource_version: str, **kw: Any) -> AsyncIterator[Any]:
+            if not lists:
+                stop.set()
+                return
+            raise WatchExpiredError("too old")
+            yield  # an async generator
+
+    # A backoff of an hour: only a relist "at once" ends this test within its 2 s.
+    informer, seen = _informer(retry_seconds=3600.0)
+    informer.client = Client()  # type: ignore[assignment]
+    asyncio.run(informer.run(stop=stop))
+    assert informer.lists == 2
+    uids = [((o or {}).get("metadata", {}).get("uid"), (n or {}).get("metadata", {}).get("uid")) for o, n in seen]
+    assert uids == [(None, "old"), ("old", None), (None, "new")]
+
+
 def test_applied_hash_is_stable_and_changes_with_the_object() -> None:
     obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}
     first, again = with_applied_hash(obj), with_applied_hash(dict(reversed(list(obj.items()))))
@@ -240,7 +267,7 @@ def test_cache_metrics_say_what_each_cache_holds_and_how_often_it_listed() -> No
     informer.apply("ADDED", _node("n1"))
     informer.apply("ADDED", _node("n2"))
     informer.lists = 3
-    pods = Informer(None, None, "v1", "Pod", labels={"app": "nvidia-operator-validator"})  # type: ignore[arg-type]
+    pods = Informer(None, "v1", "Pod", labels={"app": "nvidia-operator-validator"})  # type: ignore[arg-type]
     text = OperatorMetrics(caches=(informer, pods), cached_reads=7).render()
     assert "gpu_operator_cache_reads_total 7" in text
     assert 'gpu_operator_cache_objects{kind="Node",selector=""} 2' in text

@@ -12,19 +12,23 @@ kinds the operator caches are answered by its informers (``kube.informer``) inst
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-from lightkube import ApiError, AsyncClient, codecs
+from lightkube import ApiError, AsyncClient, codecs, operators
 from lightkube.codecs import resource_registry
+from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
 
+from gpu_operator.kube.client import CHUNK, WatchEvent, WatchExpiredError
 from gpu_operator.kube.informer import Informer
 from gpu_operator.kube.objects import Eviction, event_body, eviction_body, eviction_outcome
 from gpu_operator.names import keys
+from gpu_operator.names.selectors import Selector
 
 JSON = dict[str, Any]
 FIELD_MANAGER = "gpu-operator"
@@ -46,6 +50,45 @@ def strip(obj: Any) -> JSON:
     data: JSON = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
     data.get("metadata", {}).pop("managedFields", None)
     return data
+
+
+def lightkube_fields(text: str | None) -> dict[str, Any] | None:
+    """A field selector's text form (``a=b,c!=d``) as lightkube takes it."""
+    out: dict[str, Any] = {}
+    for term in filter(None, (text or "").split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            out[key.strip()] = operators.not_equal(value.strip())
+        else:
+            key, value = term.replace("==", "=").split("=", 1)
+            out[key.strip()] = value.strip()
+    return out or None
+
+
+def lightkube_labels(labels: Mapping[str, str | None] | Selector | None) -> Any:
+    """A label selector as lightkube takes it: a mapping as it is, a parsed one as (key, operator) pairs."""
+    if not isinstance(labels, Selector):
+        return dict(labels) if labels else None
+    made: dict[str, Callable[[tuple[str, ...]], Any]] = {
+        "In": lambda values: values[0] if len(values) == 1 else operators.in_(list(values)),
+        "NotIn": lambda values: operators.not_in(list(values)),
+        "Exists": lambda _: operators.exists(),
+        "DoesNotExist": lambda _: operators.not_exists(),
+    }
+    return [(r.key, made[r.operator](r.values)) for r in labels.requirements] or None
+
+
+class _Listing:
+    """lightkube's paged list as a :class:`~gpu_operator.kube.client.Listing` of plain dicts."""
+
+    def __init__(self, items: Any) -> None:
+        self._items = items
+        self.resource_version = ""
+
+    async def __aiter__(self) -> AsyncIterator[JSON]:
+        async for obj in self._items:
+            yield strip(obj)
+        self.resource_version = str(self._items.resourceVersion)
 
 
 def with_applied_hash(obj: Mapping[str, Any]) -> JSON:
@@ -120,14 +163,50 @@ class Kube:
         if informer is not None:
             return informer.select(labels)
         self.requests += 1
-        selectors: dict[str, Any] = {
-            "labels": dict(labels) if labels else None,
-            "fields": dict(fields) if fields else None,
-        }
-        if namespace:
-            selectors["namespace"] = namespace
-        items = self.client.list(resource(api_version, kind), **selectors)
-        return [strip(item) async for item in items]
+        res = resource(api_version, kind)
+        selectors: dict[str, Any] = {**_namespace(res, namespace), "labels": dict(labels) if labels else None,
+                     "fields": dict(fields) if fields else None}  # fmt: skip
+        return [strip(item) async for item in self.client.list(res, **selectors)]
+
+    def list_stream(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: Mapping[str, str | None] | Selector | None = None,
+        fields: str | None = None,
+    ) -> _Listing:
+        """A paged list straight from the API server (what an informer fills itself with)."""
+        self.requests += 1
+        res = resource(api_version, kind)
+        selectors = _selectors(res, namespace=namespace, labels=labels, fields=fields)
+        return _Listing(self.client.list(res, chunk_size=CHUNK, **selectors))
+
+    async def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        labels: Mapping[str, str | None] | None = None,
+        fields: str | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        """lightkube's watch, which resumes by itself; a 410 Gone raises WatchExpiredError."""
+        self.requests += 1
+        res = resource(api_version, kind)
+        selectors = _selectors(res, namespace=namespace, labels=labels, fields=fields)
+        stream = self.client.watch(res, resource_version=resource_version, **selectors)
+        # aclosing: a cancelled watch closes its streaming response now, not when it is collected.
+        async with contextlib.aclosing(stream) as events:  # type: ignore[type-var]
+            try:
+                async for kind_of_change, obj in events:
+                    yield kind_of_change, strip(obj)
+            except ApiError as error:
+                if error.status.code == 410:
+                    raise WatchExpiredError(str(error)) from error
+                raise
 
     async def delete(
         self, api_version: str, kind: str, name: str, *, namespace: str | None = None, grace_seconds: int | None = None
@@ -198,3 +277,16 @@ class Kube:
 
     async def names(self, api_version: str, kind: str, *, namespace: str) -> list[str]:
         return [o["metadata"]["name"] for o in await self.list_objects(api_version, kind, namespace=namespace)]
+
+
+def _namespace(res: Any, namespace: str | None) -> dict[str, str]:
+    """No namespace means every namespace (as in the REST API), not the client's default one."""
+    if namespace:
+        return {"namespace": namespace}
+    return {"namespace": "*"} if issubclass(res, NamespacedResource) else {}
+
+
+def _selectors(
+    res: Any, *, namespace: str | None, labels: Mapping[str, str | None] | Selector | None, fields: str | None
+) -> dict[str, Any]:
+    return {**_namespace(res, namespace), "labels": lightkube_labels(labels), "fields": lightkube_fields(fields)}

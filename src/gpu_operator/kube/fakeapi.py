@@ -1,7 +1,8 @@
 """An in-memory Kubernetes API behind lightkube's HTTP transport, for fast tests with no sockets.
 
 ``FakeApi().client()`` is a real ``lightkube.AsyncClient`` whose requests never leave the process:
-the operator's own code (``kube.Kube``, the informers, the Lease) runs unchanged over it. It keeps
+the operator's own code (``kube.Kube``, the informers, the Lease) runs unchanged over it.
+``FakeApi().rest_client()`` is the simulator's JSON client (``kube.restclient``) over the same objects. It keeps
 objects by path and serves what the operator uses: get, list (label and field selectors), create,
 server-side apply and merge patches (a recursive merge; lists are replaced), ``/status`` patches,
 delete, eviction and watches (replayed from the resourceVersion asked for, then live).
@@ -23,11 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import httpx as httpx1  # the simulator's JSON client's HTTP library (lightkube's is httpx2)
 import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.config.models import Cluster, User
 
+from gpu_operator.kube.restclient import ApiClient, ClusterAccess
 from gpu_operator.names.selectors import matches_text
 
 JSON = dict[str, Any]
@@ -121,6 +124,10 @@ class FakeApi(httpx.AsyncBaseTransport):
     def client(self, *, field_manager: str = "gpu-operator", namespace: str = "default") -> AsyncClient:
         config = KubeConfig.from_one(cluster=Cluster(server=SERVER), user=User(token="fake"), namespace=namespace)
         return AsyncClient(config=config, field_manager=field_manager, transport=self)
+
+    def rest_client(self) -> ApiClient:
+        """The simulator's JSON client (``kube.restclient.ApiClient``) with this fake as its server."""
+        return ApiClient(access=ClusterAccess(server=SERVER, token="fake"), transport=_RestBridge(self))
 
     def fail(
         self,
@@ -266,3 +273,32 @@ class FakeApi(httpx.AsyncBaseTransport):
         body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason,
                 "code": code}  # fmt: skip
         return httpx.Response(code, json=body, headers=headers or {})
+
+
+class _Bytes(httpx1.AsyncByteStream):
+    """An httpx2 response body (a watch's stream included) as an httpx one."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        close = getattr(self.stream, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class _RestBridge(httpx1.AsyncBaseTransport):
+    """Carries the JSON client's httpx requests to the fake, which answers in lightkube's httpx2."""
+
+    def __init__(self, api: FakeApi) -> None:
+        self.api = api
+
+    async def handle_async_request(self, request: httpx1.Request) -> httpx1.Response:
+        content = await request.aread()
+        inner = httpx.Request(request.method, str(request.url), headers=request.headers.raw, content=content)
+        answer = await self.api.handle_async_request(inner)
+        return httpx1.Response(answer.status_code, headers=answer.headers.raw, stream=_Bytes(answer.stream))

@@ -1,7 +1,7 @@
 """Informers: list-then-watch caches of the objects the operator reads on every pass.
 
-An :class:`Informer` lists one kind (in one namespace, under one label selector) once, then follows a
-watch from the list's resourceVersion, and keeps each object passed through a ``transform`` that drops
+An :class:`Informer` lists one kind (in one namespace, under one label and one field selector) once,
+then follows a watch from the list's resourceVersion, and keeps each object passed through a ``transform`` that drops
 what no pass reads (``kube.slim``). A pass then reads memory instead of listing a thousand Nodes or
 driver pods from the API server: the list was most of the operator's memory and of its time per pass.
 
@@ -11,8 +11,15 @@ transform erases (a kubelet heartbeat that only moves condition timestamps) is n
 
 When the watch breaks (the API server restarts, or answers 410 Gone for a too-old resourceVersion)
 the informer lists again and replaces its contents, reporting what appeared, changed or vanished in
-between, so nothing is lost across an outage. :class:`~gpu_operator.kube.api.Kube` serves a list from
-an informer only once it has synced; until then (and for any query it cannot serve) it asks the API.
+between, so nothing is lost across an outage. An object replaced by another of the same name (a new
+uid) between two lists is reported as deleted, then added. :class:`~gpu_operator.kube.api.Kube` serves
+a list from an informer only once it has synced; until then (and for any query it cannot serve) it asks
+the API.
+
+An informer reads through any :class:`~gpu_operator.kube.client.KubeClient`: the operator's and the
+agents' over lightkube, the simulator's over its JSON client (its one watch of every bound pod). One
+retry policy serves all: 1 s doubling to 30 s while lists keep failing, or what the API server's
+``Retry-After`` asks; a 410 Gone lists again at once.
 """
 
 from __future__ import annotations
@@ -24,8 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightkube import AsyncClient
-
+from gpu_operator.kube.client import KubeClient, is_expired
 from gpu_operator.names.selectors import of_mapping
 from gpu_operator.runtime.backoff import Backoff, error_kind
 
@@ -36,9 +42,6 @@ Listener = Callable[[JSON | None, JSON | None], None]
 Selector = Mapping[str, str | None]  # value None: the label exists; else equality (what list_objects takes)
 
 log = logging.getLogger(__name__)
-# Objects per list page: lightkube decodes a whole page at once, so pages of full Nodes are kept small
-# (the first list was the operator's peak memory at 1,000 nodes).
-CHUNK = 100
 RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 30.0
 
@@ -47,15 +50,14 @@ def _identity(obj: JSON) -> JSON:
     return obj
 
 
-def _to_dict(obj: Any) -> JSON:
-    data: JSON = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
-    data.get("metadata", {}).pop("managedFields", None)
-    return data
-
-
 def matches(labels: Mapping[str, str], selector: Selector) -> bool:
     """Whether ``labels`` satisfy ``selector`` (None: the key exists; a string: equality)."""
     return of_mapping(selector).matches(labels)
+
+
+def _uid(obj: JSON) -> str | None:
+    uid = (obj.get("metadata") or {}).get("uid")
+    return str(uid) if uid else None
 
 
 def _key(obj: JSON) -> Key:
@@ -67,12 +69,12 @@ def _key(obj: JSON) -> Key:
 class Informer:
     """A cache of one query's objects (see the module docstring)."""
 
-    client: AsyncClient
-    resource: Any  # the lightkube resource class
+    client: KubeClient
     api_version: str
     kind: str
     namespace: str | None = None
     labels: Selector = field(default_factory=dict)
+    fields: str | None = None  # a field selector in the API's text form (``spec.nodeName!=``)
     transform: Transform = _identity
     on_change: Listener | None = None
     items: dict[Key, JSON] = field(default_factory=dict)
@@ -86,6 +88,8 @@ class Informer:
         selector at least as narrow as the informer's own (the rest is filtered here)."""
         if (api_version, kind) != (self.api_version, self.kind) or (namespace or None) != self.namespace:
             return False
+        if self.fields:
+            return False  # a field-selected cache answers only its owner, which reads ``items`` itself
         query = dict(labels or {})
         if any(not (v is None or isinstance(v, str)) for v in query.values()):
             return False  # set-based selectors (in_, not_in...) go to the API server
@@ -113,32 +117,36 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # httpx surfaces stream errors as various types: all mean "list again"
+                if is_expired(exc):
+                    log.info("%s informer: resourceVersion expired, listing again", self.kind)
+                    continue  # nothing is wrong with the server: list again at once
                 error = exc
                 log.info("%s informer: watch broken (%s), listing again: %s", self.kind, error_kind(exc), exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=backoff.next(error))
 
     def _selectors(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"labels": dict(self.labels) or None}
-        if self.namespace:
-            out["namespace"] = self.namespace
-        return out
+        return {"namespace": self.namespace, "labels": dict(self.labels) or None, "fields": self.fields}
 
     async def _relist(self) -> str:
-        listing = self.client.list(self.resource, chunk_size=CHUNK, **self._selectors())
+        listing = self.client.list_stream(self.api_version, self.kind, **self._selectors())
         fresh: dict[Key, JSON] = {}
         async for obj in listing:
-            slim = self._slim(_to_dict(obj))
+            slim = self._slim(obj)
             fresh[_key(slim)] = slim
-        version = listing.resourceVersion
+        version = listing.resource_version
         before, self.items = self.items, fresh
         self.lists += 1
         self.synced.set()
         for key in before.keys() - fresh.keys():
             self._notify(before[key], None)
         for key, obj in fresh.items():
-            if before.get(key) != obj:
-                self._notify(before.get(key), obj)
+            old = before.get(key)
+            if old is not None and _uid(old) != _uid(obj):
+                self._notify(old, None)  # another object of the same name: the old one is gone
+                old = None
+            if old != obj:
+                self._notify(old, obj)
         return version
 
     async def _follow_until(self, version: str, *, stop: asyncio.Event) -> None:
@@ -146,11 +154,11 @@ class Informer:
         await _until_stopped(self._follow(version), stop=stop)
 
     async def _follow(self, version: str) -> None:
-        stream = self.client.watch(self.resource, resource_version=version, **self._selectors())
+        stream = self.client.watch(self.api_version, self.kind, resource_version=version, **self._selectors())
         # aclosing: a cancelled informer closes its streaming response now, not when it is collected.
         async with contextlib.aclosing(stream) as events:  # type: ignore[type-var]
             async for kind, obj in events:
-                self.apply(kind, _to_dict(obj))
+                self.apply(kind, obj)
 
     def apply(self, kind: str, obj: JSON) -> None:
         """One watch event into the cache (public: the unit tests feed events through it)."""
@@ -198,14 +206,14 @@ async def _until_stopped(work: Awaitable[Any], *, stop: asyncio.Event, timeout: 
         await asyncio.gather(task, return_exceptions=True)
 
 
-def watching(client: AsyncClient, api_version: str, kind: str, **options: Any) -> Informer:
-    """An informer of ``apiVersion``/``kind`` (a kind lightkube knows, or a custom resource registered
-    by ``kube.api``); ``options`` are :class:`Informer`'s fields."""
-    from lightkube.codecs import resource_registry  # noqa: PLC0415
+def watching(client: Any, api_version: str, kind: str, **options: Any) -> Informer:
+    """An informer of ``apiVersion``/``kind`` read through ``client``: a :class:`KubeClient`, or a
+    lightkube ``AsyncClient`` (then through a :class:`~gpu_operator.kube.api.Kube` of its own, which
+    knows the custom kinds); ``options`` are :class:`Informer`'s fields."""
+    from gpu_operator.kube.api import Kube  # noqa: PLC0415 - it imports us
 
-    from gpu_operator.kube import api  # noqa: F401, PLC0415 - it registers the custom kinds; it imports us
-
-    return Informer(client, resource_registry.load(api_version, kind), api_version, kind, **options)
+    source = client if isinstance(client, KubeClient) else Kube(client)
+    return Informer(source, api_version, kind, **options)
 
 
 async def wait_synced(informers: Sequence[Informer], *, stop: asyncio.Event, timeout: float) -> bool:

@@ -1,22 +1,27 @@
-"""Two implementations of the node agents' cluster access (``agents.shared.cluster.NodeCluster``).
+"""The node agents' cluster access (``agents.shared.cluster.NodeCluster``), over any KubeClient.
 
-:class:`LightkubeCluster` uses lightkube's async client (the in-cluster service account on a real node;
-imported lazily, so importing this module costs nothing). :class:`RestCluster` speaks plain JSON over
-any client with ``get``/``post``/``patch``/``delete`` by path (:class:`JsonApi`), e.g. the simulator's
-pooled client, so a thousand simulated nodes share one connection pool instead of one client each.
-Both select pods with the ``spec.nodeName`` field selector: an agent never lists the whole cluster.
+:class:`ClientCluster` is the one implementation: it reads and writes through a
+:class:`~gpu_operator.kube.client.KubeClient`. :class:`LightkubeCluster` gives it ``kube.api.Kube`` on
+lightkube (the in-cluster service account on a real node; made lazily, so building one costs nothing);
+:class:`RestCluster` gives it ``kube.restkube.RestKube`` over the simulator's pooled JSON client, so a
+thousand simulated nodes share one connection pool instead of one client each. Pods are selected with
+the ``spec.nodeName`` field selector (an agent never lists the whole cluster) and a label selector in
+its text form, with any requirement (``app=x``, ``tier!=batch``, ``team in (a,b)``, ``!skip``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
-from typing import Any, Protocol
-from urllib.parse import quote
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from gpu_operator.kube.api import Kube
-from gpu_operator.kube.objects import event_body, eviction_body, eviction_outcome, node_patch_body
+from gpu_operator.kube.client import KubeClient
+from gpu_operator.kube.objects import event_body, node_patch_body
 from gpu_operator.kube.podview import Eviction, NodeInfo, PodInfo, pod_info
+from gpu_operator.kube.restclient import ApiClient
+from gpu_operator.kube.restkube import RestKube
+from gpu_operator.names.selectors import parse_selector
 
 JSON = dict[str, Any]
 
@@ -42,29 +47,23 @@ def _node_info(obj: Mapping[str, Any]) -> NodeInfo:
     )
 
 
-class LightkubeCluster:
-    """NodeCluster over the in-cluster API: ``kube.api.Kube`` on lightkube (made lazily, from the pod's
-    service account, unless a client is given)."""
+class ClientCluster:
+    """NodeCluster over the KubeClient that ``connect`` makes (once, at the first call)."""
 
-    def __init__(self, *, node_name: str, client: Any = None, field_manager: str = AGENT) -> None:
+    def __init__(self, *, node_name: str, connect: Callable[[], KubeClient]) -> None:
         self.node_name = node_name
-        self._client = client
-        self._field_manager = field_manager
-        self._kube: Kube | None = None
+        self._connect = connect
+        self._kube: KubeClient | None = None
 
-    def _api(self) -> Kube:
+    def _api(self) -> KubeClient:
         if self._kube is None:
-            if self._client is None:
-                from gpu_operator.kube.connect import async_client  # noqa: PLC0415 - only where an API server is
-
-                self._client = async_client(field_manager=self._field_manager)
-            self._kube = Kube(self._client, field_manager=self._field_manager)
+            self._kube = self._connect()
         return self._kube
 
     async def node(self) -> NodeInfo:
         node = await self._api().get("v1", "Node", self.node_name)
         if node is None:
-            raise LookupError(f"Node {self.node_name} does not exist")  # as RestCluster's 404 does
+            raise LookupError(f"Node {self.node_name} does not exist")
         return _node_info(node)
 
     async def patch_node(
@@ -79,10 +78,11 @@ class LightkubeCluster:
             await self._api().patch("v1", "Node", self.node_name, body)
 
     async def list_pods(self, *, selector: str | None = None) -> list[PodInfo]:
-        pods = await self._api().list_objects(
-            "v1", "Pod", namespace="*", labels=_selector(selector), fields={"spec.nodeName": self.node_name}
-        )
-        return [pod_info(pod) for pod in pods]
+        """This node's pods, those matching ``selector`` (a label selector's text; a bad one raises
+        ``SelectorError`` naming it) when given."""
+        labels = parse_selector(selector, field="label selector") if selector else None
+        listing = self._api().list_stream("v1", "Pod", labels=labels, fields=f"spec.nodeName={self.node_name}")
+        return [pod_info(pod) async for pod in listing]
 
     async def evict(self, *, namespace: str, name: str) -> Eviction:
         return await self._api().evict(namespace=namespace, name=name)
@@ -97,84 +97,24 @@ class LightkubeCluster:
             await self._api().create(body)
 
 
-def _selector(selector: str | None) -> dict[str, Any] | None:
-    """lightkube's label filter from ``a=b,c`` (equality and existence terms only)."""
-    if not selector:
-        return None
-    from lightkube.operators import exists  # noqa: PLC0415
+class LightkubeCluster(ClientCluster):
+    """NodeCluster over lightkube: ``client``, or the pod's service account when none is given."""
 
-    labels: dict[str, Any] = {}
-    for term in (t.strip() for t in selector.split(",") if t.strip()):
-        key, sep, value = term.partition("=")
-        labels[key.strip()] = value.strip() if sep else exists()
-    return labels
+    def __init__(self, *, node_name: str, client: Any = None, field_manager: str = AGENT) -> None:
+        def connect() -> KubeClient:
+            chosen = client
+            if chosen is None:
+                from gpu_operator.kube.connect import async_client  # noqa: PLC0415 - only where an API server is
 
+                chosen = async_client(field_manager=field_manager)
+            return Kube(chosen, field_manager=field_manager)
 
-class JsonApi(Protocol):
-    """A JSON REST client (the simulator's ``ApiClient`` fits); errors carry the HTTP status as ``code``."""
-
-    async def get(self, path: str, *, params: Mapping[str, str] | None = None) -> JSON: ...
-
-    async def post(self, path: str, body: JSON, *, want: bool = True) -> JSON: ...
-
-    async def patch(self, path: str, body: Any, *, kind: str = "merge", want: bool = False) -> JSON: ...
-
-    async def delete(self, path: str, *, grace_seconds: int | None = None, uid: str | None = None) -> None: ...
+        super().__init__(node_name=node_name, connect=connect)
 
 
-def _status(error: Exception) -> int | None:
-    code = getattr(error, "code", None)
-    return code if isinstance(code, int) else None
+class RestCluster(ClientCluster):
+    """NodeCluster over the simulator's pooled JSON client."""
 
-
-class RestCluster:
-    """NodeCluster over a :class:`JsonApi`."""
-
-    def __init__(self, *, api: JsonApi, node_name: str) -> None:
+    def __init__(self, *, api: ApiClient, node_name: str) -> None:
         self.api = api
-        self.node_name = node_name
-
-    @property
-    def _node_path(self) -> str:
-        return f"/api/v1/nodes/{quote(self.node_name)}"
-
-    async def node(self) -> NodeInfo:
-        return _node_info(await self.api.get(self._node_path))
-
-    async def patch_node(
-        self,
-        *,
-        labels: Mapping[str, str | None] | None = None,
-        annotations: Mapping[str, str | None] | None = None,
-        unschedulable: bool | None = None,
-    ) -> None:
-        body = node_patch_body(labels=labels, annotations=annotations, unschedulable=unschedulable)
-        if body:
-            await self.api.patch(self._node_path, body, kind="merge")
-
-    async def list_pods(self, *, selector: str | None = None) -> list[PodInfo]:
-        params = {"fieldSelector": f"spec.nodeName={self.node_name}"}
-        if selector:
-            params["labelSelector"] = selector
-        listing = await self.api.get("/api/v1/pods", params=params)
-        return [pod_info(item) for item in listing.get("items") or []]
-
-    async def evict(self, *, namespace: str, name: str) -> Eviction:
-        body = eviction_body(namespace=namespace, name=name)
-        try:
-            await self.api.post(f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/eviction", body, want=False)
-        except Exception as error:
-            outcome = eviction_outcome(_status(error) or 0)
-            if outcome is None:
-                raise
-            return outcome
-        return Eviction.EVICTED
-
-    async def delete_pod(self, *, namespace: str, name: str, grace_seconds: int | None = None) -> None:
-        await self.api.delete(f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}", grace_seconds=grace_seconds)
-
-    async def event(self, *, reason: str, message: str, warning: bool = False) -> None:
-        body = _node_event(self.node_name, reason=reason, message=message, warning=warning)
-        # Events are a courtesy: the work never fails because one could not be recorded.
-        with contextlib.suppress(Exception):
-            await self.api.post(f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body, want=False)
+        super().__init__(node_name=node_name, connect=lambda: RestKube(api, field_manager=AGENT))

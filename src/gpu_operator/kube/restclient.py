@@ -36,6 +36,7 @@ PATCH_TYPES = {
     "merge": "application/merge-patch+json",
     "strategic": "application/strategic-merge-patch+json",
     "json": "application/json-patch+json",
+    "apply": "application/apply-patch+yaml",  # server-side apply (JSON is YAML)
 }
 
 
@@ -116,18 +117,26 @@ class ApiClient:
     requests 1,000 starting nodes queue there, that scan alone took the simulator's whole core.
     """
 
-    def __init__(self, *, access: ClusterAccess, max_connections: int = 32, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        access: ClusterAccess,
+        max_connections: int = 32,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.access = access
         self.max_connections = max_connections
         self._slots = asyncio.Semaphore(max_connections)
         headers = {"Authorization": f"Bearer {access.token}"} if access.token else {}
         self._http = httpx.AsyncClient(
             base_url=access.server,
-            verify=access.ssl_context(),
+            verify=access.ssl_context() if transport is None else True,
             headers={"Accept": "application/json", "User-Agent": "gpu-operator-sim", **headers},
             timeout=timeout,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             trust_env=False,
+            transport=transport,  # the unit tests' in-memory API (kube.fakeapi.FakeApi.rest_transport)
         )
 
     async def close(self) -> None:
@@ -162,17 +171,20 @@ class ApiClient:
         self._check(response)
         return dict(response.json()) if want else {}
 
-    async def patch(self, path: str, body: Any, *, kind: str = "merge", want: bool = False) -> JSON:
+    async def patch(
+        self, path: str, body: Any, *, kind: str = "merge", want: bool = False, params: Mapping[str, str] | None = None
+    ) -> JSON:
         """PATCH; the response body is parsed only when ``want`` (writes in hot loops skip it)."""
         async with self._slots:
             response = await self._http.patch(
-                path, content=json.dumps(body), headers={"Content-Type": PATCH_TYPES[kind]}
+                path, content=json.dumps(body), headers={"Content-Type": PATCH_TYPES[kind]}, params=params
             )
         self._check(response)
         return dict(response.json()) if want else {}
 
-    async def delete(self, path: str, *, grace_seconds: int | None = None, uid: str | None = None) -> None:
-        """DELETE (404 counts as done); ``uid`` makes it apply only to that incarnation of the object."""
+    async def delete(self, path: str, *, grace_seconds: int | None = None, uid: str | None = None) -> bool:
+        """DELETE (404 counts as done: then False); ``uid`` makes it apply only to that incarnation of the
+        object."""
         options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if grace_seconds is not None:
             options["gracePeriodSeconds"] = grace_seconds
@@ -183,8 +195,9 @@ class ApiClient:
                 "DELETE", path, content=json.dumps(options), headers={"Content-Type": "application/json"}
             )
         if response.status_code in (404, 409):  # gone already, or a newer object with the same name
-            return
+            return False
         self._check(response)
+        return True
 
     async def watch(self, path: str, *, params: Mapping[str, str]) -> AsyncIterator[JSON]:
         """Events (``{"type": ..., "object": ...}``) of one watch request, until the server ends it."""

@@ -42,6 +42,15 @@ class Requirement:
             return present and labels[self.key] in self.values
         return not present or labels[self.key] not in self.values  # NotIn
 
+    def text(self) -> str:
+        if self.operator == "Exists":
+            return self.key
+        if self.operator == "DoesNotExist":
+            return f"!{self.key}"
+        if self.operator == "In" and len(self.values) == 1:
+            return f"{self.key}={self.values[0]}"
+        return f"{self.key} {self.operator.lower()} ({','.join(self.values)})"
+
 
 @dataclass(frozen=True)
 class Selector:
@@ -51,6 +60,10 @@ class Selector:
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(r.matches(labels) for r in self.requirements)
+
+    def text(self) -> str:
+        """The selector in the API's text form (a ``labelSelector`` query parameter)."""
+        return ",".join(r.text() for r in self.requirements)
 
 
 def _split(text: str) -> list[str]:

@@ -33,7 +33,7 @@ from gpu_operator.sim.control import server as control
 from gpu_operator.sim.kubelet.heartbeat import LEASE_INTERVAL, STATUS_INTERVAL, Heartbeat
 from gpu_operator.sim.kubelet.host import RuntimeOptions, SimCore
 from gpu_operator.sim.kubelet.node import NodeOptions, SimNode
-from gpu_operator.sim.kubelet.podwatch import PodDispatcher, PodWatch
+from gpu_operator.sim.kubelet.podwatch import PodDispatcher, pod_informer
 from gpu_operator.sim.programs.programs import ProgramRegistry, default_registry
 from gpu_operator.sim.shapes import NodeRequest, parse_node_spec
 
@@ -75,6 +75,7 @@ class Simulator:
         self._tasks: list[asyncio.Task[None]] = []
         self.nodes: dict[str, SimNode] = {}
         self._dispatch: PodDispatcher | None = None
+        self._stopping: asyncio.Event | None = None
         self._counter = itertools.count()
         self._names: dict[str, itertools.count[int]] = {}
         self._control: asyncio.AbstractServer | None = None
@@ -131,12 +132,13 @@ class Simulator:
             seed=self.seed,
         )
         self._dispatch = PodDispatcher(core=self._core, nodes=self.nodes)
-        watch = PodWatch(api=api, on_event=self._dispatch.on_event)
+        pods = pod_informer(api=api, nodes=self.nodes.keys(), on_event=self._dispatch.on_event)
+        self._stopping = asyncio.Event()
         self._tasks = [
             asyncio.create_task(heartbeat.run(), name="sim-heartbeat"),
-            asyncio.create_task(watch.run(), name="sim-pod-watch"),
+            asyncio.create_task(pods.run(stop=self._stopping), name="sim-pod-watch"),
         ]
-        await asyncio.wait_for(watch.synced.wait(), 30.0)
+        await asyncio.wait_for(pods.synced.wait(), 30.0)
 
     def stop(self, *, timeout: float = 120.0) -> None:
         """Remove every node (stopping its programs) and shut the loop down. Safe to call twice."""
@@ -166,6 +168,8 @@ class Simulator:
         await self._remove(list(self.nodes))
         if self._dispatch is not None:
             await self._dispatch.drain()
+        if self._stopping is not None:
+            self._stopping.set()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,11 +1,14 @@
-"""One list+watch of every bound pod, the simulated kubelets' only read of pods, and its dispatch to nodes.
+"""The simulated kubelets' only read of pods: one shared informer of every bound pod, and its dispatch.
 
-Rather than a watch per node (a thousand long-lived requests), one watch with the field selector
-``spec.nodeName!=`` delivers every bound pod and the simulator keeps those of its own nodes. A watch that
-ends is resumed from the last resourceVersion (bookmarks keep it fresh); ``410 Gone`` or a broken
-connection relists, and pods that disappeared meanwhile are reported deleted.
+Rather than a watch per node (a thousand long-lived requests), one informer (``kube.informer``, the
+operator's own, here over the simulator's JSON client ``kube.restkube``) with the field selector
+``spec.nodeName!=`` follows every bound pod. It keeps whole pods only for this simulator's nodes (the
+same dicts the pod workers hold, so nothing is stored twice) and only what a later deletion needs of the
+others. Its retry policy is the informers': a watch that ends resumes, a ``410 Gone`` lists again at
+once, a broken connection lists again after a backoff, and pods that vanished meanwhile are reported
+deleted.
 
-:class:`PodDispatcher` routes each event to the node the pod is bound to: a new pod gets a
+:class:`PodDispatcher` routes each change to the node the pod is bound to: a new pod gets a
 :class:`~gpu_operator.sim.kubelet.runtime.PodWorker`; a pod with a ``deletionTimestamp`` is terminated gracefully
 and then deleted; a pod that vanished (force-deleted) has its programs stopped without further API calls.
 Pods already finished before the simulator saw them are left alone.
@@ -15,109 +18,58 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any
 
-from gpu_operator.kube.informer import MAX_RETRY_SECONDS, RETRY_SECONDS
-from gpu_operator.kube.restclient import ApiClient, ApiError
-from gpu_operator.runtime.backoff import Backoff, error_kind
+from gpu_operator.kube.informer import Informer
+from gpu_operator.kube.restclient import ApiClient
+from gpu_operator.kube.restkube import RestKube
 from gpu_operator.sim.kubelet.host import SimCore
 from gpu_operator.sim.kubelet.node import SimNode
 from gpu_operator.sim.kubelet.runtime import PodWorker
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
-PATH = "/api/v1/pods"
-SELECTOR = "spec.nodeName!="
-WATCH_TIMEOUT_SECONDS = "300"
+BOUND = "spec.nodeName!="
 TERMINAL = ("Succeeded", "Failed")
 
 
-class _GoneError(Exception):
-    """The watch's resourceVersion is too old: relist."""
+def _slim(pod: JSON) -> JSON:
+    meta = pod["metadata"]
+    return {
+        "metadata": {"uid": meta.get("uid"), "name": meta.get("name"), "namespace": meta.get("namespace")},
+        "spec": {"nodeName": pod.get("spec", {}).get("nodeName")},
+    }
 
 
-class PodWatch:
-    """Calls ``on_event(kind, pod)`` (ADDED, MODIFIED, DELETED) for every bound pod, until cancelled."""
+def pod_informer(*, api: ApiClient, nodes: Collection[str], on_event: Callable[[str, JSON], None]) -> Informer:
+    """The informer of every bound pod; ``on_event(kind, pod)`` (ADDED, MODIFIED, DELETED) for each change
+    of a pod, whole for a pod on one of ``nodes`` (a live view: nodes come and go)."""
 
-    def __init__(self, *, api: ApiClient, on_event: Callable[[str, JSON], None]) -> None:
-        self.api = api
-        self.on_event = on_event
-        self._known: dict[str, JSON] = {}
-        self.relists = 0
-        #: Set after the first list has been delivered.
-        self.synced = asyncio.Event()
+    def keep(pod: JSON) -> JSON:
+        return pod if pod.get("spec", {}).get("nodeName") in nodes else _slim(pod)
 
-    async def run(self) -> None:
-        # The informers' retry policy (kube.informer): 1 s doubling to 30 s while lists keep failing, or
-        # what the API server's Retry-After asks; a 410 Gone relists at once.
-        backoff = Backoff(initial=RETRY_SECONDS, ceiling=MAX_RETRY_SECONDS)
-        while True:
-            try:
-                version = await self._list()
-                backoff.reset()
-                while True:
-                    version = await self._watch(version)
-            except _GoneError:
-                log.info("pod watch: resourceVersion expired, relisting")
-            except Exception as error:  # whatever broke the watch, the shared pod watch must go on
-                delay = backoff.next(error)
-                log.warning("pod watch failed (%s: %s); relisting in %.1f s", error_kind(error), error, delay)
-                await asyncio.sleep(delay)
-
-    async def _list(self) -> str:
-        listing = await self.api.get(PATH, params={"fieldSelector": SELECTOR})
-        self.relists += 1
-        current = {pod["metadata"]["uid"]: pod for pod in listing.get("items") or []}
-        for uid, pod in list(self._known.items()):
-            if uid not in current:
-                self._deliver("DELETED", pod)
-        for pod in current.values():
-            self._deliver("MODIFIED" if pod["metadata"]["uid"] in self._known else "ADDED", pod)
-        self.synced.set()
-        return str(listing["metadata"]["resourceVersion"])
-
-    async def _watch(self, version: str) -> str:
-        params = {"fieldSelector": SELECTOR, "resourceVersion": version, "timeoutSeconds": WATCH_TIMEOUT_SECONDS}
-        async for event in self.api.watch(PATH, params=params):
-            kind = event.get("type", "")
-            obj = event.get("object") or {}
-            if kind == "ERROR":
-                if obj.get("code") == 410:
-                    raise _GoneError
-                raise ApiError(code=int(obj.get("code", 500)), reason=str(obj.get("reason")), message=str(obj))
-            version = str(obj.get("metadata", {}).get("resourceVersion", version))
-            if kind in ("ADDED", "MODIFIED", "DELETED"):
-                self._deliver(kind, obj)
-        return version
-
-    def _deliver(self, kind: str, pod: JSON) -> None:
-        uid = pod["metadata"]["uid"]
-        if kind == "DELETED":
-            self._known.pop(uid, None)
-        else:
-            # Only what a later DELETED needs: the pods themselves are held by their workers.
-            meta = pod["metadata"]
-            self._known[uid] = {
-                "metadata": {"uid": uid, "name": meta.get("name"), "namespace": meta.get("namespace")},
-                "spec": {"nodeName": pod.get("spec", {}).get("nodeName")},
-            }
+    def changed(old: JSON | None, new: JSON | None) -> None:
+        kind, pod = ("DELETED", old) if new is None else ("ADDED" if old is None else "MODIFIED", new)
+        assert pod is not None
         try:
-            self.on_event(kind, pod)
+            on_event(kind, pod)
         except Exception:  # one bad pod must not stop the watch of all others
             log.exception("handling %s of pod %s failed", kind, pod["metadata"].get("name"))
 
+    return Informer(RestKube(api), "v1", "Pod", fields=BOUND, transform=keep, on_change=changed)
+
 
 class PodDispatcher:
-    """``on_event`` for :class:`~gpu_operator.sim.kubelet.podwatch.PodWatch`, over the simulator's nodes."""
+    """``on_event`` for :func:`pod_informer`, over the simulator's nodes."""
 
     def __init__(self, *, core: SimCore, nodes: dict[str, SimNode]) -> None:
         self.core = core
         self.nodes = nodes
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[object]] = set()
         self._terminating: set[str] = set()
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, object], name: str) -> None:
         task = asyncio.create_task(coroutine, name=name)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
