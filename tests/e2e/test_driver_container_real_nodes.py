@@ -126,6 +126,7 @@ def _labels(kube: Client, node: str) -> dict[str, str]:
     return dict(kube.get(Node, node).metadata.labels or {})  # type: ignore[union-attr]
 
 
+@pytest.mark.timeout(480)  # the first test pays for the cluster's start and the install (up to 300 s)
 def test_the_driver_container_installs_the_fake_driver_and_every_operand_runs(
     driver_cluster: LocalCluster, kube: Client, installed: float, driver_image: DriverImage
 ) -> None:

@@ -183,6 +183,50 @@ def test_upstream_style_values_carry_over(helm: Any, tmp_path: Path) -> None:
     assert driver["spec"]["template"]["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
 
 
+UPSTREAM_UPGRADE_AND_HOST_NETWORK = """
+driver:
+  upgradePolicy:
+    autoUpgrade: true
+    gpuPodDeletion: {force: true, timeoutSeconds: 120, deleteEmptyDir: true}
+devicePlugin:
+  hostNetwork: true
+gfd:
+  hostNetwork: true
+validator:
+  hostNetwork: false
+"""
+
+
+def test_upstream_spelling_of_pod_deletion_and_host_network_on_any_section(helm: Any, tmp_path: Path) -> None:
+    """Upstream's chart spells the CRD's podDeletion ``gpuPodDeletion`` and allows hostNetwork on every
+    operand section; both carry over (before, validation refused them: 'gpuPodDeletion' and 13
+    'hostNetwork' unknown fields)."""
+    values = tmp_path / "values.yaml"
+    values.write_text(UPSTREAM_UPGRADE_AND_HOST_NETWORK, encoding="utf-8")
+    docs = [d for d in yaml.safe_load_all(
+        helm("template", "g", str(CHART), "-f", str(values), "--kube-version", KUBE_VERSION).stdout) if d]  # fmt: skip
+    (policy_doc,) = by_kind(docs)["ClusterPolicy"]
+    result = validate_document(policy_doc)
+    assert result.errors == ()
+    assert isinstance(result.model, ClusterPolicy)
+    upgrade = policy_doc["spec"]["driver"]["upgradePolicy"]
+    assert "gpuPodDeletion" not in upgrade
+    assert upgrade["podDeletion"] == {"force": True, "timeoutSeconds": 120, "deleteEmptyDir": True}
+    facts = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
+    states = render(
+        result.model, facts, operator=OperatorSettings(agent_image="ghcr.io/gpu-operator-py/gpu-operator:v0.1.0")
+    )
+    pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for st in states for o in st.objects
+            if o["kind"] == "DaemonSet"}  # fmt: skip
+    assert {name for name, pod in pods.items() if pod.get("hostNetwork")} == {
+        "nvidia-device-plugin-daemonset", "nvidia-device-plugin-mps-control-daemon", "gpu-feature-discovery",
+    }  # fmt: skip
+    assert pods["gpu-feature-discovery"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+    # The chart's own defaults, now in upstream's spelling, reach the CRD's field too.
+    (default_policy,) = by_kind(template(helm))["ClusterPolicy"]
+    assert default_policy["spec"]["driver"]["upgradePolicy"]["podDeletion"]["timeoutSeconds"] == 300
+
+
 def test_nvidiadriver_default_cr(helm: Any) -> None:
     kinds = by_kind(template(helm, "driver.nvidiaDriverCRD.enabled=true", "driver.version=595.91.07",
                              "driver.repository=reg.local", "driver.image=driver"))  # fmt: skip

@@ -136,7 +136,6 @@ class DriverSpec(Component):
     virtual_topology: VirtualTopology | None = opt(description="Virtual topology configuration.")
     kernel_module_config: ConfigMapRef | None = opt(description="ConfigMap of kernel module parameters.")
     secret_env: str | None = opt(description="Secret exposed to the driver container as environment.")
-    host_network: bool | None = opt(description="Run the driver pod in the host network.")
 
 
 class ToolkitSpec(Component):
@@ -197,7 +196,6 @@ class DCGMExporterSpec(Component):
     service_monitor: ServiceMonitorSpec | None = opt(description="ServiceMonitor settings.")
     service: ServiceSpec | None = opt(description="Service settings.")
     host_pid: bool | None = opt(alias="hostPID", description="Run in the host PID namespace.")
-    host_network: bool | None = opt(description="Run in the host network.")
     hpc_job_mapping: HpcJobMapping | None = opt(description="HPC job attribution.")
     enable_pod_labels: bool | None = opt(description="Add pod labels to metrics.")
     enable_pod_uid: bool | None = opt(alias="enablePodUID", description="Add pod UIDs to metrics.")

@@ -69,6 +69,9 @@ class Component(ImageRef):
     resources: ResourceRequirements | None = opt(description="Resource limits and requests.")
     args: list[str] | None = opt(description="Extra arguments for the operand's main container.")
     env: list[EnvVar] | None = opt(description="Extra environment variables for the operand's main container.")
+    host_network: bool | None = opt(
+        description="Run the operand's pods in the host network (with ClusterFirstWithHostNet DNS)."
+    )
 
 
 class ConfigMapRef(ApiModel):

@@ -232,8 +232,6 @@ def driver_daemonset(
         if c["name"] in (op.container, DRIVER_MANAGER[0]):
             c["env"].append(env("DRIVER_CONFIG_DIGEST", digest))
     pod: JSON = {"hostPID": True, "initContainers": [manager], "containers": containers, "volumes": volumes.listing()}
-    if cfg.host_network is not None:
-        pod["hostNetwork"] = cfg.host_network
     secrets = cfg.pull_secret_names()
     if secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in secrets]
@@ -241,6 +239,7 @@ def driver_daemonset(
         ctx,
         op,
         pod=pod,
+        host_net=cfg.host_network,  # the ClusterPolicy's or the NVIDIADriver's own
         name=name,
         node_selector=node_selector,
         on_delete=True,

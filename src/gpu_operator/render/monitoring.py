@@ -121,8 +121,6 @@ def render_exporter(ctx: RenderContext) -> list[JSON]:
     body["automountServiceAccountToken"] = reads_pods
     if spec.host_pid is not None:
         body["hostPID"] = spec.host_pid
-    if spec.host_network is not None:
-        body["hostNetwork"] = spec.host_network
     svc_spec = spec.service
     svc = service(
         op.daemonset,

@@ -14,11 +14,11 @@ and annotations without letting them replace ``app`` or the operator's own label
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from gpu_operator.api.base import EnvVar
 from gpu_operator.render.catalog import READY_FILE, Operand
-from gpu_operator.render.context import RenderContext
+from gpu_operator.render.context import RenderContext, section_of
 from gpu_operator.render.images import ResolvedImage
 from gpu_operator.render.meta import JSON, finalize, labels_for, metadata
 
@@ -191,11 +191,31 @@ def rolling_update(ctx: RenderContext) -> JSON:
     return strategy
 
 
+def host_network(pod: JSON, enabled: bool | None) -> None:
+    """Upstream's rule for ``<section>.hostNetwork: true``: the host network, and DNS that still
+    resolves cluster Services from it (``ClusterFirstWithHostNet``). An explicit false is written as
+    it is (the pod's default, kept so that existing DaemonSets keep their hash); unset writes nothing."""
+    if enabled:
+        pod["hostNetwork"] = True
+        pod["dnsPolicy"] = "ClusterFirstWithHostNet"
+    elif enabled is not None:
+        pod["hostNetwork"] = False
+
+
+def _section_host_network(ctx: RenderContext, op: Operand) -> bool | None:
+    try:
+        section = section_of(ctx.spec, op.section)
+    except KeyError:
+        return None
+    return getattr(section, "host_network", None)
+
+
 def daemonset(
     ctx: RenderContext,
     op: Operand,
     *,
     pod: JSON,
+    host_net: bool | Literal["section"] | None = "section",
     name: str | None = None,
     node_selector: Mapping[str, str] | None = None,
     on_delete: bool = False,
@@ -204,7 +224,9 @@ def daemonset(
     overrides: Mapping[str, Any] | None = None,
 ) -> JSON:
     """The operand's DaemonSet around ``pod`` (containers, volumes, pod-level extras); ``overrides``
-    replace the policy-wide pod settings (an NVIDIADriver's own tolerations, priority, affinity)."""
+    replace the policy-wide pod settings (an NVIDIADriver's own tolerations, priority, affinity).
+    ``host_net`` is the pod's host-network setting when the caller decides it (an NVIDIADriver has its
+    own); by default the operand's ClusterPolicy section's ``hostNetwork`` applies."""
     ds_name = name or op.daemonset
     sets = ctx.spec.daemonsets
     pod_labels = labels_for(op.state, extra={**(sets.labels or {}), **(labels or {})})
@@ -226,6 +248,7 @@ def daemonset(
     if sets.pod_security_context:
         spec["securityContext"] = dict(sets.pod_security_context)
     spec.update(pod)
+    host_network(spec, _section_host_network(ctx, op) if host_net == "section" else host_net)
     spec.update(overrides or {})
     template_meta: JSON = {"labels": pod_labels}
     if annotations:

@@ -50,3 +50,15 @@ own image; absent flags take the operator's defaults).
 {{- end -}}
 {{- toYaml $section -}}
 {{- end -}}
+
+{{- /*
+driver.upgradePolicy as the CRD spells it: Helm's (and upstream's) gpuPodDeletion block is the CRD's
+podDeletion; a podDeletion given as well wins.
+*/}}
+{{- define "gpu-operator.upgradePolicy" -}}
+{{- $policy := omit (. | default dict) "gpuPodDeletion" }}
+{{- if and (hasKey (. | default dict) "gpuPodDeletion") (not (hasKey $policy "podDeletion")) }}
+{{- $_ := set $policy "podDeletion" .gpuPodDeletion }}
+{{- end }}
+{{- toYaml $policy }}
+{{- end -}}
