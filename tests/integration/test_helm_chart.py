@@ -163,22 +163,26 @@ nodeStatusExporter:
 """
 
 
-def test_upstream_style_values_carry_over(helm: Any, tmp_path: Path) -> None:
+def _valid_policy_from_values(helm: Any, tmp_path: Path, text: str) -> tuple[dict[str, Any], ClusterPolicy]:
+    """The chart's ClusterPolicy for a values file, which must validate with no error."""
     values = tmp_path / "values.yaml"
-    values.write_text(UPSTREAM_STYLE_VALUES, encoding="utf-8")
+    values.write_text(text, encoding="utf-8")
     docs = [d for d in yaml.safe_load_all(
         helm("template", "g", str(CHART), "-f", str(values), "--kube-version", KUBE_VERSION).stdout) if d]  # fmt: skip
     (policy_doc,) = by_kind(docs)["ClusterPolicy"]
     result = validate_document(policy_doc)
     assert result.errors == ()
     assert isinstance(result.model, ClusterPolicy)
+    return policy_doc, result.model
+
+
+def test_upstream_style_values_carry_over(helm: Any, tmp_path: Path) -> None:
+    policy_doc, policy = _valid_policy_from_values(helm, tmp_path, UPSTREAM_STYLE_VALUES)
     spec = policy_doc["spec"]
     assert spec["devicePlugin"]["config"] == {"name": "time-slicing-config", "default": "any"}
     assert spec["toolkit"]["env"][0]["name"] == "CONTAINERD_SOCKET"
     facts = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
-    states = render(
-        result.model, facts, operator=OperatorSettings(agent_image="ghcr.io/gpu-operator-py/gpu-operator:v0.1.0")
-    )
+    states = render(policy, facts, operator=OperatorSettings(agent_image="ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"))
     driver = next(o for s in states for o in s.objects if o["metadata"]["name"] == "nvidia-driver-daemonset")
     assert driver["spec"]["template"]["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
 
@@ -201,21 +205,12 @@ def test_upstream_spelling_of_pod_deletion_and_host_network_on_any_section(helm:
     """Upstream's chart spells the CRD's podDeletion ``gpuPodDeletion`` and allows hostNetwork on every
     operand section; both carry over (before, validation refused them: 'gpuPodDeletion' and 13
     'hostNetwork' unknown fields)."""
-    values = tmp_path / "values.yaml"
-    values.write_text(UPSTREAM_UPGRADE_AND_HOST_NETWORK, encoding="utf-8")
-    docs = [d for d in yaml.safe_load_all(
-        helm("template", "g", str(CHART), "-f", str(values), "--kube-version", KUBE_VERSION).stdout) if d]  # fmt: skip
-    (policy_doc,) = by_kind(docs)["ClusterPolicy"]
-    result = validate_document(policy_doc)
-    assert result.errors == ()
-    assert isinstance(result.model, ClusterPolicy)
+    policy_doc, policy = _valid_policy_from_values(helm, tmp_path, UPSTREAM_UPGRADE_AND_HOST_NETWORK)
     upgrade = policy_doc["spec"]["driver"]["upgradePolicy"]
     assert "gpuPodDeletion" not in upgrade
     assert upgrade["podDeletion"] == {"force": True, "timeoutSeconds": 120, "deleteEmptyDir": True}
     facts = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
-    states = render(
-        result.model, facts, operator=OperatorSettings(agent_image="ghcr.io/gpu-operator-py/gpu-operator:v0.1.0")
-    )
+    states = render(policy, facts, operator=OperatorSettings(agent_image="ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"))
     pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for st in states for o in st.objects
             if o["kind"] == "DaemonSet"}  # fmt: skip
     assert {name for name, pod in pods.items() if pod.get("hostNetwork")} == {
