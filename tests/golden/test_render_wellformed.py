@@ -16,6 +16,7 @@ from lightkube import codecs
 from lightkube.generic_resource import create_namespaced_resource
 
 from gpu_operator.agents.programs import PROGRAMS
+from gpu_operator.names.keys import IMPLEMENTATION
 from gpu_operator.render.catalog import STATES
 from gpu_operator.render.meta import HASH_ANNOTATION, MANAGED_BY, PART_OF, STATE_LABEL
 from tests.golden.test_render_golden import SCENARIOS, Scenario, rendered_objects
@@ -74,12 +75,18 @@ def test_daemonset_pod_is_consistent(entry: tuple[Scenario, int, dict[str, Any]]
     volumes = [v["name"] for v in pod.get("volumes", [])]
     assert len(volumes) == len(set(volumes))
     for c in containers:
-        assert c["command"][:2] == ["gpu-operator", "agent"]
-        # The agent must exist in the image: `gpu-operator agent NAME` with an unknown NAME never starts.
-        assert c["command"][2] in PROGRAMS, f"{c['name']} runs agent {c['command'][2]!r}, which does not exist"
+        ours = c.get("command", [])[:2] == ["gpu-operator", "agent"]
+        if ours:
+            # The agent must exist in the image: `gpu-operator agent NAME` with an unknown NAME never starts.
+            assert c["command"][2] in PROGRAMS, f"{c['name']} runs agent {c['command'][2]!r}, which does not exist"
+        else:
+            # Only a DaemonSet that chose NVIDIA's contract runs NVIDIA's programs (a mix is allowed:
+            # its validation and manager init containers follow their own sections).
+            assert ds["metadata"]["annotations"][IMPLEMENTATION] == "nvidia", c["name"]
         env = [e["name"] for e in c.get("env", [])]
         assert len(env) == len(set(env)), f"{c['name']}: duplicate env {env}"
-        assert {"NODE_NAME", "HOST_ROOT"} <= set(env)
+        if ours:
+            assert {"NODE_NAME", "HOST_ROOT"} <= set(env)
         for m in c.get("volumeMounts", []):
             assert m["name"] in volumes, f"{c['name']} mounts unknown volume {m['name']}"
     selector = ds["spec"]["selector"]["matchLabels"]

@@ -95,9 +95,11 @@ def test_an_outdated_driver_pod_is_cordoned_and_replaced_by_upgrade_passes() -> 
         {"driver": {"repository": "nvcr.io/nvidia", "image": "driver", "version": NEW, "upgradePolicy": upgrade}}
     )
     _reconcile(api)
-    driver_set = api.get("apps/v1", "daemonsets", "nvidia-driver-daemonset", NS)
+    # An OS-tagged image: one DaemonSet per OS tag of the GPU nodes.
+    (driver_name,) = [n for n in _daemonsets(api) if n.startswith("nvidia-driver-daemonset")]
+    driver_set = api.get("apps/v1", "daemonsets", driver_name, NS)
     assert driver_set is not None
-    owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "nvidia-driver-daemonset",
+    owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": driver_name,
              "uid": driver_set["metadata"]["uid"], "controller": True}  # fmt: skip
     component = {"app.kubernetes.io/component": "nvidia-driver"}
     api.put({"apiVersion": "apps/v1", "kind": "ControllerRevision", "revision": 2, "data": {},

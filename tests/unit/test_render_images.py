@@ -85,7 +85,7 @@ def _images(policy: ClusterPolicy, *, settings: OperatorSettings | None = None) 
     return out
 
 
-def test_render_uses_our_image_by_default_and_the_policy_image_when_set() -> None:
+def test_render_uses_our_image_by_default_and_nvidia_contract_for_another_image() -> None:
     policy = ClusterPolicy.model_validate(
         {
             "metadata": {"name": "p"},
@@ -96,10 +96,12 @@ def test_render_uses_our_image_by_default_and_the_policy_image_when_set() -> Non
         }
     )
     images = _images(policy)
-    assert images["nvidia-driver-daemonset/nvidia-driver-ctr"] == "reg.local/nvidia/driver:595.91.07-ubuntu22.04"
+    # A driver image tagged by OS: one DaemonSet per OS tag of the GPU nodes, named after it.
+    driver = "nvidia-driver-daemonset-ubuntu22.04"
+    assert images[f"{driver}/nvidia-driver-ctr"] == "reg.local/nvidia/driver:595.91.07-ubuntu22.04"
     assert images["nvidia-device-plugin-daemonset/toolkit-validation"] == "reg.local/validator:v1"
     assert images["nvidia-device-plugin-daemonset/nvidia-device-plugin"] == AGENT
-    assert images["nvidia-driver-daemonset/k8s-driver-manager"] == AGENT
+    assert images[f"{driver}/k8s-driver-manager"] == AGENT  # the manager follows its own section
 
 
 def test_render_takes_the_operator_env_override() -> None:

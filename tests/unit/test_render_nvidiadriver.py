@@ -95,7 +95,9 @@ def test_render_drivers() -> None:
                       secretEnv="driver-secrets", tolerations=[{"key": "t", "operator": "Exists"}])]  # fmt: skip
     nodes = [node("a"), node("b", os="rhel", version="9.4")]
     result = render_drivers(drivers, nodes, policy=None, facts=facts, operator=OperatorSettings(agent_image="agent:1"))
-    assert [o["kind"] for o in result.shared] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+    # NVIDIA's driver image: its startup-probe ConfigMap is shared by every pool.
+    kinds = [o["kind"] for o in result.shared]
+    assert kinds == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap"]
     (manifests,) = result.drivers
     images = {d["metadata"]["name"]: d["spec"]["template"]["spec"]["containers"][0]["image"] for d in manifests.objects}
     assert sorted(images.values()) == ["reg/driver:595.91.07-rhel9", "reg/driver:595.91.07-ubuntu22.04"]

@@ -7,7 +7,7 @@ settings, resources, args, env). Next: ``clusterpolicy`` and ``nvidiadriver`` co
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -22,6 +22,13 @@ from gpu_operator.api.base import (
 )
 
 IMAGE_NAME_PATTERN = r"^[a-zA-Z0-9\-]+$"
+#: Which program runs in an operand's containers (our extension; docs/reference/implementations.md):
+#: ``agent`` this operator's agent, ``nvidia`` NVIDIA's image as NVIDIA's operator runs it.
+Implementation = Literal["agent", "nvidia"]
+IMPLEMENTATION_HELP = (
+    "Extension: run this operator's agent (agent) or NVIDIA's image as NVIDIA's operator runs it (nvidia). "
+    "Unset: agent when the image is this operator's (or none is named), nvidia for any other image."
+)
 
 
 def _blank(value: str | None) -> bool:
@@ -72,6 +79,7 @@ class Component(ImageRef):
     host_network: bool | None = opt(
         description="Run the operand's pods in the host network (with ClusterFirstWithHostNet DNS)."
     )
+    implementation: Implementation | None = opt(description=IMPLEMENTATION_HELP)
 
 
 class ConfigMapRef(ApiModel):
@@ -101,6 +109,7 @@ class DriverManager(ImageRef):
     """The driver manager init step (k8s-driver-manager image and its environment)."""
 
     env: list[EnvVar] | None = opt(description="Environment of the driver manager.")
+    implementation: Implementation | None = opt(description=IMPLEMENTATION_HELP)
 
 
 class PodDeletion(ApiModel):

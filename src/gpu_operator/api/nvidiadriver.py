@@ -25,9 +25,11 @@ from gpu_operator.api.base import (
     opt,
 )
 from gpu_operator.api.components import (
+    IMPLEMENTATION_HELP,
     ConfigMapRef,
     DriverManager,
     DriverUpgradeStatus,
+    Implementation,
     NVIDIADriverUpgradePolicy,
     Probe,
     Rdma,
@@ -131,6 +133,7 @@ class NVIDIADriverSpec(ApiModel):
     image_pull_policy: PullPolicy | None = opt(description="Pull policy.")
     image_pull_secrets: list[str] | None = opt(description="Pull secret names.")
     manager: DriverManager | None = opt(description="The driver manager init step.")
+    implementation: Implementation | None = opt(description=IMPLEMENTATION_HELP)
     resources: ResourceRequirements | None = opt(description="Resources of the driver container.")
     args: list[str] | None = opt(description="Extra driver container arguments.")
     env: list[EnvVar] | None = opt(description="Extra driver container environment.")

@@ -73,7 +73,9 @@ def operand_pods(*, client: Client, namespace: str) -> dict[tuple[str, str], JSO
         node = (obj.get("spec") or {}).get("nodeName")
         for owner in owners:
             if owner.get("kind") == "DaemonSet" and node:
-                found[(owner["name"], node)] = obj
+                # Every driver DaemonSet (one per OS tag or kernel) is the table's one driver column.
+                driver = owner["name"].startswith("nvidia-driver-daemonset")
+                found[("nvidia-driver-daemonset" if driver else owner["name"], node)] = obj
     return found
 
 

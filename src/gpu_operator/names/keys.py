@@ -32,6 +32,9 @@ OPERAND_STATE = "nvidia.com/gpu-operator.state"  # on every operand object: the 
 APPLIED_HASH = "nvidia.com/last-applied-hash"
 DRIVER_CR = "nvidia.com/gpu-operator.driver"  # a driver DaemonSet's NVIDIADriver
 DRIVER_OWNER = "nvidia.com/gpu-operator.driver.owner"  # node label: the NVIDIADriver that drives it
+#: DaemonSet annotation: "agent" (this operator's agent) or "nvidia" (NVIDIA's image, NVIDIA's contract).
+IMPLEMENTATION = "nvidia.com/gpu-operator.implementation"
+NODE_OS_VERSION = "nvidia.com/node.os-version"  # driver DaemonSet label: the OS tag its image is built for
 
 # --- Device plugin, MIG manager -------------------------------------------------------------------
 DEVICE_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"

@@ -48,6 +48,17 @@ CHAIN = (
     ("exporter", "nvidia-dcgm-exporter"),
 )
 
+DRIVER_COMPONENT = "nvidia-driver"
+
+
+def _chain_app(labels: Mapping[str, str]) -> str | None:
+    """The chain's name for a pod: its ``app``, except that every driver DaemonSet (one per OS tag or
+    kernel, or an NVIDIADriver pool) is the chain's one driver step."""
+    if labels.get("app.kubernetes.io/component") == DRIVER_COMPONENT:
+        return CHAIN[0][1]
+    return labels.get("app")
+
+
 #: The ClusterPolicy section that turns each step of the chain off (the validator cannot be).
 STEP_SECTIONS = {
     "driver": "driver",
@@ -227,7 +238,7 @@ def explain_node(
     meta = node["metadata"]
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
-    by_app = {(p["metadata"].get("labels") or {}).get("app"): p for p in pods}
+    by_app = {_chain_app(p["metadata"].get("labels") or {}): p for p in pods}
     steps = []
     off = frozenset(disabled)
     for name, app in CHAIN:

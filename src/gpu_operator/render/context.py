@@ -17,6 +17,7 @@ from gpu_operator.api.defaults import is_enabled
 from gpu_operator.render.agents import AGENTS
 from gpu_operator.render.facts import ClusterFacts, OperatorSettings
 from gpu_operator.render.images import ImageSource, ResolvedImage, resolve_image
+from gpu_operator.render.implementations import Choice, choose
 
 JSON = dict[str, Any]
 
@@ -87,6 +88,15 @@ class RenderContext:
             agent_image=self.settings.agent_image,
             os_suffix=os_suffix,
         )
+
+    def implementation(self, section: Any, *, field: str, env_var: str | None) -> Choice:
+        """Our agent or NVIDIA's contract for ``section`` (``render.implementations``); NVIDIA's is noted."""
+        image = self.image(section, field=field, env_var=env_var)
+        forced = getattr(section, "implementation", None)
+        choice = choose(forced=forced, image=image, agent_image=self.settings.agent_image, field=field)
+        if choice.nvidia:
+            self.notes.append(f"NVIDIA's contract: {choice.why}")
+        return choice
 
     def pull_policy(self, section: Any) -> str:
         return getattr(section, "image_pull_policy", None) or self.settings.pull_policy

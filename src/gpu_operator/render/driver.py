@@ -33,8 +33,11 @@ from gpu_operator.render.catalog import (
 )
 from gpu_operator.render.context import RenderContext
 from gpu_operator.render.driverconfig import DriverConfig
-from gpu_operator.render.images import ImageSource, needs_os_tag, resolve_image
+from gpu_operator.render.images import ImageSource, ResolvedImage, resolve_image
+from gpu_operator.render.implementations import Choice, choose
 from gpu_operator.render.meta import JSON, content_hash
+from gpu_operator.render.nvidia import driver as nvidia_driver
+from gpu_operator.render.ospaths import CA_DIRS, REPO_DIRS, package_family
 from gpu_operator.render.pods import (
     HOST_ROOT,
     VALIDATIONS,
@@ -49,21 +52,6 @@ from gpu_operator.render.pods import (
 )
 
 STARTUP_DEFAULTS = Probe(initial_delay_seconds=60, period_seconds=10, timeout_seconds=60, failure_threshold=120)
-_REPO_DIRS = {"apt": "/etc/apt/sources.list.d", "yum": "/etc/yum.repos.d", "zypp": "/etc/zypp/repos.d"}
-_CA_DIRS = {
-    "apt": "/usr/local/share/ca-certificates",
-    "yum": "/etc/pki/ca-trust/extracted/pem",
-    "zypp": "/etc/pki/trust/anchors",
-}
-
-
-def package_family(os_tag: str) -> str:
-    """apt, yum or zypp: where an OS keeps package repositories and CA certificates."""
-    if os_tag.startswith(("ubuntu", "debian")):
-        return "apt"
-    if os_tag.startswith(("sles", "sl-micro")):
-        return "zypp"
-    return "yum"
 
 
 def _probe(timing: Probe | None, *, command: list[str], defaults: Probe | None = None) -> JSON:
@@ -88,11 +76,9 @@ def _config_mounts(ctx: RenderContext, cfg: DriverConfig, volumes: Volumes, *, o
     family = package_family(os_tag) if os_tag else "apt"
     where = cfg.field
     if ctx.require("ConfigMap", cfg.repo_config, field=f"{where}.{cfg.repo_field}"):
-        mounts.append(
-            mount(volumes.config_map("repo-config", str(cfg.repo_config)), _REPO_DIRS[family], read_only=True)
-        )
+        mounts.append(mount(volumes.config_map("repo-config", str(cfg.repo_config)), REPO_DIRS[family], read_only=True))
     if ctx.require("ConfigMap", cfg.cert_config, field=f"{where}.certConfig.name"):
-        mounts.append(mount(volumes.config_map("cert-config", str(cfg.cert_config)), _CA_DIRS[family], read_only=True))
+        mounts.append(mount(volumes.config_map("cert-config", str(cfg.cert_config)), CA_DIRS[family], read_only=True))
     if ctx.require("Secret", cfg.licensing_secret, field=f"{where}.licensingConfig.secretName"):
         items = [{"key": "gridd.conf", "path": "gridd.conf"}]
         if cfg.nls_enabled:
@@ -140,11 +126,6 @@ def driver_image_suffix(cfg: DriverConfig, *, os_tag: str | None, kernel: str | 
     return f"{kernel}-{os_tag}" if cfg.use_precompiled and kernel else os_tag
 
 
-def driver_renderable(cfg: DriverConfig, *, os_tag: str | None) -> bool:
-    """An explicit tagged driver image needs the node OS; without it there is nothing to render."""
-    return os_tag is not None or not needs_os_tag(cfg.source)
-
-
 def precompiled_name(kernel: str, os_tag: str) -> str:
     sanitized = re.sub(r"[^a-z0-9-]+", "-", kernel.lower()).strip("-")
     return f"nvidia-driver-daemonset-{sanitized}-{os_tag}"[:63].rstrip("-.")
@@ -171,6 +152,11 @@ def driver_daemonset(
         agent_image=ctx.settings.agent_image,
         os_suffix=driver_image_suffix(cfg, os_tag=os_tag, kernel=kernel),
     )
+    choice = choose(forced=cfg.implementation, image=image, agent_image=ctx.settings.agent_image, field=cfg.field)
+    if choice.nvidia:
+        return _nvidia_daemonset(
+            ctx, cfg, op=op, image=image, name=name, node_selector=node_selector, os_tag=os_tag, labels=labels
+        )
     run_nvidia = mount(
         volumes.host("run-nvidia", "/run/nvidia", kind="DirectoryOrCreate"), "/run/nvidia", propagation="Bidirectional"
     )
@@ -249,16 +235,68 @@ def driver_daemonset(
     )
 
 
-def _manager(ctx: RenderContext, cfg: DriverConfig, volumes: Volumes, *, base_mounts: list[JSON]) -> JSON:
-    name, agent, env_var = DRIVER_MANAGER
+def _nvidia_daemonset(
+    ctx: RenderContext,
+    cfg: DriverConfig,
+    *,
+    op: Operand,
+    image: ResolvedImage,
+    name: str,
+    node_selector: Mapping[str, str],
+    os_tag: str | None,
+    labels: Mapping[str, str] | None,
+) -> JSON:
+    """NVIDIA's driver container (``render.nvidia.driver``) with the driver manager of its own choice."""
+
+    def manager(volumes: Volumes, shared: list[JSON]) -> JSON:
+        if _manager_choice(ctx, cfg).nvidia:
+            return nvidia_driver.nvidia_manager(ctx, cfg, volumes, shared)
+        run_nvidia = mount(volumes.host("run-nvidia", "/run/nvidia"), "/run/nvidia", propagation="Bidirectional")
+        return _manager(ctx, cfg, volumes, base_mounts=[run_nvidia, *host_root_mounts(ctx, volumes, writable=True)])
+
+    body, _ = nvidia_driver.driver_pod(ctx, cfg, image=image, os_tag=os_tag, manager=manager)
+    annotations = {**(cfg.annotations or {}), "kubectl.kubernetes.io/default-container": "nvidia-driver-ctr"}
+    return daemonset(
+        ctx,
+        op,
+        pod=body,
+        host_net=cfg.host_network,
+        name=name,
+        node_selector=node_selector,
+        on_delete=True,
+        labels={**(cfg.labels or {}), **(labels or {})},
+        pod_annotations=annotations,
+        overrides=cfg.pod_overrides(),
+        implementation="nvidia",
+    )
+
+
+def _manager_source(cfg: DriverConfig) -> ImageSource:
     section: Any = cfg.manager
-    source = ImageSource(
+    return ImageSource(
         repository=getattr(section, "repository", None),
         image=getattr(section, "image", None),
         version=getattr(section, "version", None),
     )
+
+
+def _manager_choice(ctx: RenderContext, cfg: DriverConfig) -> Choice:
     image = resolve_image(
-        source,
+        _manager_source(cfg),
+        field=f"{cfg.field}.manager",
+        env_var=DRIVER_MANAGER[2],
+        image_env=ctx.settings.image_env,
+        agent_image=ctx.settings.agent_image,
+    )
+    forced = getattr(cfg.manager, "implementation", None)
+    return choose(forced=forced, image=image, agent_image=ctx.settings.agent_image, field=f"{cfg.field}.manager")
+
+
+def _manager(ctx: RenderContext, cfg: DriverConfig, volumes: Volumes, *, base_mounts: list[JSON]) -> JSON:
+    name, agent, env_var = DRIVER_MANAGER
+    section: Any = cfg.manager
+    image = resolve_image(
+        _manager_source(cfg),
         field=f"{cfg.field}.manager",
         env_var=env_var,
         image_env=ctx.settings.image_env,

@@ -66,6 +66,7 @@ class DriverConfig:
     virtual_topology: str | None
     secret_env: str | None
     host_network: bool | None
+    implementation: str | None = None
     repo_field: str = "repoConfig.configMapName"
     topology_field: str = "virtualTopology.config"
     labels: dict[str, str] | None = None
@@ -143,6 +144,7 @@ def from_policy(spec: ClusterPolicySpec) -> DriverConfig:
         virtual_topology=d.virtual_topology.config if d.virtual_topology else None,
         secret_env=d.secret_env,
         host_network=d.host_network,
+        implementation=d.implementation,
     )
 
 
@@ -185,6 +187,7 @@ def from_nvidiadriver(cr: NVIDIADriver) -> DriverConfig:
         virtual_topology=s.virtual_topology_config.name if s.virtual_topology_config else None,
         secret_env=s.secret_env,
         host_network=s.host_network,
+        implementation=s.implementation,
         repo_field="repoConfig.name",
         topology_field="virtualTopologyConfig.name",
         labels=s.labels,

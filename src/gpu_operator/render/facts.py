@@ -104,6 +104,27 @@ def os_tag(labels: Mapping[str, str]) -> str | None:
     return f"{os_id}{version}" if version else None
 
 
+def os_selector(labels: Mapping[str, str]) -> dict[str, str]:
+    """Node labels that pick a node's OS for its driver DaemonSet: NFD's os-release labels (the major
+    version for distributions tagged by it), else the discovery agent's."""
+    os_id = labels.get(OS_ID)
+    if os_id:
+        if os_id in MAJOR_ONLY_OS and labels.get(OS_VERSION_MAJOR):
+            return {OS_ID: os_id, OS_VERSION_MAJOR: labels[OS_VERSION_MAJOR]}
+        return {OS_ID: os_id, OS_VERSION: labels.get(OS_VERSION, "")}
+    return {
+        DISCOVERED_OS_ID: labels.get(DISCOVERED_OS_ID, ""),
+        DISCOVERED_OS_VERSION: labels.get(DISCOVERED_OS_VERSION, ""),
+    }
+
+
+def tag_selector(tag: str) -> dict[str, str]:
+    """NFD's labels for an OS tag (``ubuntu22.04``, ``rhel9``): facts given by tag alone (tests, offline)."""
+    index = next((i for i, ch in enumerate(tag) if ch.isdigit()), len(tag))
+    os_id, version = tag[:index], tag[index:]
+    return {OS_ID: os_id, OS_VERSION_MAJOR if os_id in MAJOR_ONLY_OS else OS_VERSION: version}
+
+
 def detect_runtime(nodes: Iterable[NodeInfo]) -> Runtime:
     """containerd when any GPU node runs it; else the first docker or CRI-O node; default containerd."""
     versions = [n.runtime_version for n in nodes if n.gpu]
@@ -130,6 +151,8 @@ class ClusterFacts:
     has_nfd_labels: bool = False
     runtime: Runtime = "containerd"
     os_tag: str | None = None
+    #: OS tag -> the node selector of its GPU nodes, for one driver DaemonSet per OS (tagged images).
+    os_pools: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     kernel_os: Mapping[str, str] = field(default_factory=dict)
     has_service_monitor_crd: bool = False
     #: NFD itself runs (its NodeFeature CRD exists), so something reads GFD's feature file.
@@ -141,6 +164,9 @@ class ClusterFacts:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kernel_os", _frozen(self.kernel_os))
+        given = dict(self.os_pools) or ({self.os_tag: tag_selector(self.os_tag)} if self.os_tag else {})
+        pools = {tag: _frozen(selector) for tag, selector in sorted(given.items())}
+        object.__setattr__(self, "os_pools", MappingProxyType(pools))
 
 
 def facts_from_nodes(
@@ -159,7 +185,10 @@ def facts_from_nodes(
     # Upstream takes the OS of the first GPU node in list order; sort by age so the answer is stable.
     first = min(gpu_nodes, key=lambda n: (n.creation, n.name), default=None)
     kernel_os: dict[str, str] = {}
+    os_pools: dict[str, dict[str, str]] = {}
     for node in sorted(gpu_nodes, key=lambda n: n.name):
+        if node.os_tag is not None:
+            os_pools.setdefault(node.os_tag, os_selector(node.labels))
         kernel, tag = node.kernel, node.os_tag
         if kernel is None or tag is None:
             continue
@@ -175,6 +204,7 @@ def facts_from_nodes(
         has_nfd_labels=any(k.startswith(NFD_PREFIX) for n in nodes for k in n.labels),
         runtime=detect_runtime(nodes),
         os_tag=first.os_tag if first is not None else None,
+        os_pools=os_pools,
         kernel_os=kernel_os,
         has_service_monitor_crd=has_service_monitor_crd,
         nfd_installed=nfd_installed,

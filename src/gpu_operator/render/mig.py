@@ -14,7 +14,8 @@ from gpu_operator.data.migconfigs import default_yaml
 from gpu_operator.render.catalog import operand
 from gpu_operator.render.context import RenderContext
 from gpu_operator.render.meta import JSON, config_map
-from gpu_operator.render.operands import main_container, pod, waiting
+from gpu_operator.render.nvidia import telemetry
+from gpu_operator.render.operands import main_container, nvidia_contract, nvidia_daemonset, pod, waiting
 from gpu_operator.render.pods import Volumes, daemonset, env, host_root_mounts, mount
 from gpu_operator.render.rbac import operand_rbac
 
@@ -53,6 +54,11 @@ def render_mig_manager(ctx: RenderContext) -> list[JSON]:
         objects.append(
             config_map(DEFAULT_CLIENTS, state=state, namespace=ns, data={"clients.yaml": DEFAULT_GPU_CLIENTS})
         )
+    rbac = operand_rbac(op.service_account, state=state, namespace=ns)
+    if nvidia_contract(ctx, op):
+        config, clients_name = custom or DEFAULT_CONFIG, clients or DEFAULT_CLIENTS
+        body, extra = telemetry.mig_manager(ctx, op, config=config, clients=clients_name, custom=custom is not None)
+        return [*rbac, *objects, *extra, nvidia_daemonset(ctx, op, body)]
     mounts = [
         *host_root_mounts(ctx, volumes, writable=True),
         mount(volumes.config_map("mig-parted-config", custom or DEFAULT_CONFIG), CONFIG_DIR, read_only=True),
@@ -71,4 +77,4 @@ def render_mig_manager(ctx: RenderContext) -> list[JSON]:
     main = main_container(ctx, op, env_vars=envs, mounts=mounts)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
     body["hostPID"] = True  # stopping GPU clients on the host needs their PIDs
-    return [*operand_rbac(op.service_account, state=state, namespace=ns), *objects, daemonset(ctx, op, pod=body)]
+    return [*rbac, *objects, daemonset(ctx, op, pod=body)]

@@ -14,7 +14,8 @@ from gpu_operator.api.defaults import is_enabled
 from gpu_operator.render.catalog import operand
 from gpu_operator.render.context import RenderContext
 from gpu_operator.render.meta import JSON, service, service_monitor
-from gpu_operator.render.operands import main_container, pod, waiting
+from gpu_operator.render.nvidia import telemetry
+from gpu_operator.render.operands import main_container, nvidia_contract, nvidia_daemonset, pod, waiting
 from gpu_operator.render.pods import VALIDATIONS, Volumes, daemonset, env, host_root_mounts, mount
 from gpu_operator.render.rbac import operand_rbac
 
@@ -61,9 +62,13 @@ def render_operator_metrics(ctx: RenderContext) -> list[JSON]:
 def render_dcgm(ctx: RenderContext) -> list[JSON]:
     op = operand("state-dcgm")
     volumes = Volumes()
-    main = main_container(ctx, op, env_vars=[env("DCGM_LISTEN", f"0.0.0.0:{DCGM_PORT}")], mounts=[])
-    _port(main, name="dcgm", port=DCGM_PORT, host_port=ctx.spec.dcgm.host_port)
-    body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
+    nvidia = nvidia_contract(ctx, op)
+    if nvidia:
+        body, _ = telemetry.dcgm(ctx, op)
+    else:
+        main = main_container(ctx, op, env_vars=[env("DCGM_LISTEN", f"0.0.0.0:{DCGM_PORT}")], mounts=[])
+        _port(main, name="dcgm", port=DCGM_PORT, host_port=ctx.spec.dcgm.host_port)
+        body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
     # Local: an exporter talks to the host engine on its own node.
     svc = service(
         op.daemonset,
@@ -75,7 +80,8 @@ def render_dcgm(ctx: RenderContext) -> list[JSON]:
         traffic_policy="Local",
     )
     rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
-    return [*rbac, daemonset(ctx, op, pod=body), svc]
+    ds = nvidia_daemonset(ctx, op, body) if nvidia else daemonset(ctx, op, pod=body)
+    return [*rbac, ds, svc]
 
 
 def _exporter_env(ctx: RenderContext, volumes: Volumes, mounts: list[JSON]) -> list[JSON]:
@@ -113,9 +119,13 @@ def render_exporter(ctx: RenderContext) -> list[JSON]:
     volumes = Volumes()
     mounts: list[JSON] = []
     envs = _exporter_env(ctx, volumes, mounts)
-    main = main_container(ctx, op, env_vars=envs, mounts=mounts)
-    _port(main, name="metrics", port=EXPORTER_PORT)
-    body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
+    nvidia = nvidia_contract(ctx, op)
+    if nvidia:
+        body, _ = telemetry.exporter(ctx, op, exporter_env=envs, mounts=mounts, volumes=volumes)
+    else:
+        main = main_container(ctx, op, env_vars=envs, mounts=mounts)
+        _port(main, name="metrics", port=EXPORTER_PORT)
+        body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
     reads_pods = bool(spec.enable_pod_labels or spec.enable_pod_uid)
     # No API token unless the exporter must read pods: it needs none for its metrics.
     body["automountServiceAccountToken"] = reads_pods
@@ -134,7 +144,7 @@ def render_exporter(ctx: RenderContext) -> list[JSON]:
     )
     out = [
         *operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace, pod_reader=reads_pods),
-        daemonset(ctx, op, pod=body, pod_annotations=spec.annotations),
+        daemonset(ctx, op, pod=body, pod_annotations=spec.annotations, implementation="nvidia" if nvidia else "agent"),
         svc,
     ]
     monitor = spec.service_monitor
@@ -162,10 +172,14 @@ def render_exporter(ctx: RenderContext) -> list[JSON]:
 def render_node_status_exporter(ctx: RenderContext) -> list[JSON]:
     op = operand("state-node-status-exporter")
     volumes = Volumes()
-    envs = [env("METRICS_PORT", str(NODE_STATUS_PORT)), env("OUTPUT_DIR", VALIDATIONS)]
-    main = main_container(ctx, op, env_vars=envs, mounts=host_root_mounts(ctx, volumes, writable=False))
-    _port(main, name="metrics", port=NODE_STATUS_PORT)
-    body = pod(ctx, op, containers=[main], volumes=volumes)
+    nvidia = nvidia_contract(ctx, op)
+    if nvidia:
+        body, _ = telemetry.node_status_exporter(ctx, op)
+    else:
+        envs = [env("METRICS_PORT", str(NODE_STATUS_PORT)), env("OUTPUT_DIR", VALIDATIONS)]
+        main = main_container(ctx, op, env_vars=envs, mounts=host_root_mounts(ctx, volumes, writable=False))
+        _port(main, name="metrics", port=NODE_STATUS_PORT)
+        body = pod(ctx, op, containers=[main], volumes=volumes)
     svc = service(
         op.daemonset,
         state=op.state,
@@ -176,7 +190,7 @@ def render_node_status_exporter(ctx: RenderContext) -> list[JSON]:
     )
     return [
         *operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace),
-        daemonset(ctx, op, pod=body),
+        nvidia_daemonset(ctx, op, body) if nvidia else daemonset(ctx, op, pod=body),
         svc,
         *_monitor(ctx, op.daemonset, state=op.state, port_name="node-status"),
     ]

@@ -26,6 +26,7 @@ from gpu_operator.render.driver import driver_daemonset
 from gpu_operator.render.driverconfig import from_nvidiadriver
 from gpu_operator.render.facts import ClusterFacts, NodeInfo, OperatorSettings
 from gpu_operator.render.meta import JSON
+from gpu_operator.render.nvidia.driver import nvidia_driver_config
 from gpu_operator.render.rbac import operand_rbac
 from gpu_operator.render.routing import DriverPool, Routing, live, pools_for, route_nodes
 
@@ -109,4 +110,6 @@ def render_drivers(
                 missing=tuple(dict.fromkeys(ctx.missing)),  # one entry per reference, not per pool
             )
         )
+    daemonsets = [o for d in out for o in d.objects if o["kind"] == "DaemonSet"]
+    shared += tuple(nvidia_driver_config(daemonsets, namespace=facts.namespace))
     return DriverRender(routing=routing, shared=shared, drivers=tuple(out))

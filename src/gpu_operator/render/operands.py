@@ -18,6 +18,8 @@ from gpu_operator.render.catalog import Operand, operand
 from gpu_operator.render.context import RenderContext, section_of
 from gpu_operator.render.images import ResolvedImage
 from gpu_operator.render.meta import JSON
+from gpu_operator.render.nvidia import setup as nvidia
+from gpu_operator.render.nvidia import telemetry
 from gpu_operator.render.pods import (
     HOST_ROOT,
     Volumes,
@@ -36,6 +38,16 @@ CONFIG_DIR = "/available-configs"
 PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 CDI_ROOT = "/var/run/cdi"
 NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+
+
+def nvidia_contract(ctx: RenderContext, op: Operand, section: Any = None) -> bool:
+    """Whether the operand's section chose NVIDIA's image and contract (``render.implementations``)."""
+    section = section if section is not None else section_of(ctx.spec, op.section)
+    return ctx.implementation(section, field=f"spec.{op.section}", env_var=op.image_env).nvidia
+
+
+def nvidia_daemonset(ctx: RenderContext, op: Operand, body: JSON, **kwargs: Any) -> JSON:
+    return daemonset(ctx, op, pod=body, implementation="nvidia", **kwargs)
 
 
 def main_container(
@@ -95,6 +107,10 @@ def plugin_config(ctx: RenderContext, volumes: Volumes) -> tuple[list[JSON], lis
 
 def render_toolkit(ctx: RenderContext) -> list[JSON]:
     op = operand("state-container-toolkit")
+    rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
+    if nvidia_contract(ctx, op):
+        body, extra = nvidia.toolkit(ctx, op)
+        return [*rbac, *extra, nvidia_daemonset(ctx, op, body)]
     volumes = Volumes()
     runtime = ctx.facts.runtime
     envs = [
@@ -121,11 +137,15 @@ def render_toolkit(ctx: RenderContext) -> list[JSON]:
     body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
     # The runtime is restarted by signalling its process, which needs the host PID namespace.
     body["hostPID"] = True
-    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]
+    return [*rbac, daemonset(ctx, op, pod=body)]
 
 
 def render_validator(ctx: RenderContext) -> list[JSON]:
     op = operand("state-operator-validation")
+    if nvidia_contract(ctx, op, ctx.spec.validator):
+        body, _ = nvidia.validator(ctx, op)
+        rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
+        return [*rbac, nvidia_daemonset(ctx, op, body)]
     volumes = Volumes()
     components = ["driver", "toolkit", "cuda"]
     if is_enabled(ctx.spec, section="devicePlugin"):
@@ -154,6 +174,10 @@ def _feature_flags(ctx: RenderContext) -> list[JSON]:
 
 def render_device_plugin(ctx: RenderContext) -> list[JSON]:
     op = operand("state-device-plugin")
+    if nvidia_contract(ctx, op):
+        body, extra = nvidia.device_plugin(ctx, op)
+        rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
+        return [*rbac, *extra, nvidia_daemonset(ctx, op, body)]
     volumes = Volumes()
     config_env, config_mounts = plugin_config(ctx, volumes)
     mps_root = ctx.spec.device_plugin.mps.root
@@ -179,6 +203,11 @@ def render_device_plugin(ctx: RenderContext) -> list[JSON]:
 
 def render_mps(ctx: RenderContext) -> list[JSON]:
     op = operand("state-mps-control-daemon")
+    selector = {**op.node_selector, "nvidia.com/mps.capable": "true"}
+    if nvidia_contract(ctx, op):
+        body, _ = nvidia.mps_control_daemon(ctx, op)
+        rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
+        return [*rbac, nvidia_daemonset(ctx, op, body, node_selector=selector)]
     volumes = Volumes()
     config_env, config_mounts = plugin_config(ctx, volumes)
     mps_root = ctx.spec.device_plugin.mps.root
@@ -190,13 +219,16 @@ def render_mps(ctx: RenderContext) -> list[JSON]:
     body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
     body["hostPID"] = True  # the control daemon serves clients in other pods' PID namespaces
     # Only nodes whose plugin config enables MPS sharing run the daemon (GFD sets the label).
-    selector = {**op.node_selector, "nvidia.com/mps.capable": "true"}
     rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
     return [*rbac, daemonset(ctx, op, pod=body, node_selector=selector)]
 
 
 def render_gfd(ctx: RenderContext) -> list[JSON]:
     op = operand("gpu-feature-discovery")
+    if nvidia_contract(ctx, op):
+        body, _ = telemetry.gfd(ctx, op)
+        rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
+        return [*rbac, nvidia_daemonset(ctx, op, body)]
     volumes = Volumes()
     config_env, config_mounts = plugin_config(ctx, volumes)
     # MPS_ROOT as the plugin has it: a config sharing through MPS is refused without one, and GFD's

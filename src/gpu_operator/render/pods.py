@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from gpu_operator.api.base import EnvVar
+from gpu_operator.names.keys import IMPLEMENTATION
 from gpu_operator.render.catalog import READY_FILE, Operand
 from gpu_operator.render.context import RenderContext, section_of
 from gpu_operator.render.images import ResolvedImage
@@ -64,14 +65,20 @@ class Volumes:
     def __init__(self) -> None:
         self._by_name: dict[str, JSON] = {}
 
-    def host(self, name: str, path: str, *, kind: str = "DirectoryOrCreate") -> str:
-        self._by_name.setdefault(name, {"name": name, "hostPath": {"path": path, "type": kind}})
+    def host(self, name: str, path: str, *, kind: str | None = "DirectoryOrCreate") -> str:
+        """A hostPath volume; ``kind`` None leaves its type unset (no check of what is there)."""
+        source: JSON = {"path": path} if kind is None else {"path": path, "type": kind}
+        self._by_name.setdefault(name, {"name": name, "hostPath": source})
         return name
 
-    def config_map(self, name: str, config_map: str, *, items: Sequence[JSON] | None = None) -> str:
+    def config_map(
+        self, name: str, config_map: str, *, items: Sequence[JSON] | None = None, mode: int | None = None
+    ) -> str:
         source: JSON = {"name": config_map}
         if items:
             source["items"] = list(items)
+        if mode is not None:
+            source["defaultMode"] = mode
         self._by_name.setdefault(name, {"name": name, "configMap": source})
         return name
 
@@ -80,6 +87,10 @@ class Volumes:
         if items:
             source["items"] = list(items)
         self._by_name.setdefault(name, {"name": name, "secret": source})
+        return name
+
+    def empty_dir(self, name: str) -> str:
+        self._by_name.setdefault(name, {"name": name, "emptyDir": {}})
         return name
 
     def listing(self) -> list[JSON]:
@@ -222,11 +233,13 @@ def daemonset(
     labels: Mapping[str, str] | None = None,
     pod_annotations: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    implementation: str = "agent",
 ) -> JSON:
     """The operand's DaemonSet around ``pod`` (containers, volumes, pod-level extras); ``overrides``
     replace the policy-wide pod settings (an NVIDIADriver's own tolerations, priority, affinity).
     ``host_net`` is the pod's host-network setting when the caller decides it (an NVIDIADriver has its
-    own); by default the operand's ClusterPolicy section's ``hostNetwork`` applies."""
+    own); by default the operand's ClusterPolicy section's ``hostNetwork`` applies. ``implementation``
+    (agent or nvidia, ``render.implementations``) is written as the DaemonSet's annotation."""
     ds_name = name or op.daemonset
     sets = ctx.spec.daemonsets
     pod_labels = labels_for(op.state, extra={**(sets.labels or {}), **(labels or {})})
@@ -256,7 +269,14 @@ def daemonset(
     ds: JSON = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": metadata(ds_name, state=op.state, namespace=ctx.namespace, labels=labels, app=ds_name),
+        "metadata": metadata(
+            ds_name,
+            state=op.state,
+            namespace=ctx.namespace,
+            labels=labels,
+            annotations={IMPLEMENTATION: implementation},
+            app=ds_name,
+        ),
         "spec": {
             "selector": {"matchLabels": {"app": ds_name}},
             "updateStrategy": {"type": "OnDelete"} if on_delete else rolling_update(ctx),

@@ -19,16 +19,18 @@ from types import MappingProxyType
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy, ClusterPolicySpec
 from gpu_operator.api.defaults import is_enabled
+from gpu_operator.names.keys import NODE_OS_VERSION
 from gpu_operator.render import monitoring, operands, sandbox
 from gpu_operator.render.agents import missing_agents
 from gpu_operator.render.catalog import STATES, operand
 from gpu_operator.render.context import MissingReference, RenderContext
-from gpu_operator.render.driver import driver_daemonset, driver_renderable, precompiled_name
+from gpu_operator.render.driver import driver_daemonset, precompiled_name
 from gpu_operator.render.driverconfig import from_policy
 from gpu_operator.render.facts import KERNEL, ClusterFacts, OperatorSettings
-from gpu_operator.render.images import RenderError
+from gpu_operator.render.images import RenderError, needs_os_tag
 from gpu_operator.render.meta import JSON, finalize, metadata
 from gpu_operator.render.mig import render_mig_manager
+from gpu_operator.render.nvidia.driver import nvidia_driver_config
 from gpu_operator.render.rbac import operand_rbac
 
 #: (apiVersion, kind, namespaced) of every kind a state may own, for pruning by state label.
@@ -134,7 +136,9 @@ def render_prerequisites(ctx: RenderContext) -> list[JSON]:
 
 
 def render_driver(ctx: RenderContext) -> list[JSON]:
-    """The ClusterPolicy driver: one DaemonSet, or one per kernel with precompiled drivers."""
+    """The ClusterPolicy driver: one DaemonSet; one per kernel with precompiled drivers; one per OS tag
+    when the image is tagged by OS (``repository/image:version-<osTag>``), so every node runs the image
+    built for its OS whatever order the nodes are listed in."""
     op = operand("state-driver")
     cfg = from_policy(ctx.spec)
     objects = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
@@ -142,12 +146,13 @@ def render_driver(ctx: RenderContext) -> list[JSON]:
         "app.kubernetes.io/component": "nvidia-driver",
         "nvidia.com/precompiled": str(cfg.use_precompiled).lower(),
     }
+    daemonsets: list[JSON] = []
     if cfg.use_precompiled:
         if not ctx.facts.kernel_os:
             ctx.notes.append("precompiled drivers: no GPU node reports a kernel version yet; no DaemonSet rendered")
         for kernel, os_tag in sorted(ctx.facts.kernel_os.items()):
             selector = {**op.node_selector, KERNEL: kernel}
-            objects.append(
+            daemonsets.append(
                 driver_daemonset(
                     ctx,
                     cfg,
@@ -158,14 +163,29 @@ def render_driver(ctx: RenderContext) -> list[JSON]:
                     labels=labels,
                 )
             )
-        return objects
-    if not driver_renderable(cfg, os_tag=ctx.facts.os_tag):
-        ctx.notes.append("the driver image is tagged per OS and no GPU node reports its OS yet; no DaemonSet rendered")
-        return objects
-    ds = driver_daemonset(
-        ctx, cfg, name=op.daemonset, node_selector=op.node_selector, os_tag=ctx.facts.os_tag, labels=labels
-    )
-    return [*objects, ds]
+    elif needs_os_tag(cfg.source):
+        if not ctx.facts.os_pools:
+            ctx.notes.append(
+                "the driver image is tagged per OS and no GPU node reports its OS yet; no DaemonSet rendered"
+            )
+        for os_tag, os_labels in ctx.facts.os_pools.items():
+            daemonsets.append(
+                driver_daemonset(
+                    ctx,
+                    cfg,
+                    name=f"{op.daemonset}-{os_tag}"[:63].rstrip("-."),
+                    node_selector={**op.node_selector, **os_labels},
+                    os_tag=os_tag,
+                    labels={**labels, NODE_OS_VERSION: os_tag},
+                )
+            )
+    else:
+        daemonsets.append(
+            driver_daemonset(
+                ctx, cfg, name=op.daemonset, node_selector=op.node_selector, os_tag=ctx.facts.os_tag, labels=labels
+            )
+        )
+    return [*objects, *nvidia_driver_config(daemonsets, namespace=ctx.namespace), *daemonsets]
 
 
 RENDERERS: Mapping[str, Callable[[RenderContext], list[JSON]]] = MappingProxyType(

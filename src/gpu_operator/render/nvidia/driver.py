@@ -1,0 +1,369 @@
+"""NVIDIA's driver container as NVIDIA's operator runs it (reference §3 ClusterPolicy, §4 NVIDIADriver).
+
+``nvidia-driver init`` in NVIDIA's ``driver`` image builds and loads the kernel modules and exposes
+the driver's root at ``/run/nvidia/driver`` (the ``run-nvidia`` mount is bidirectional). Its startup
+probe runs a script from the ConfigMap ``nvidia-driver-startup-probe``: the modules are loaded,
+``nvidia-smi`` answers, and then ``/run/nvidia/validations/.driver-ctr-ready`` is written; the
+driver validation (ours or NVIDIA's) waits for that file. The ``k8s-driver-manager`` init container
+follows ``driver.manager``'s own implementation.
+
+Differences between the two paths are the reference's §4 table: an NVIDIADriver appends ``args`` to
+``init`` (a ClusterPolicy replaces it), adds ``NVIDIA_VISIBLE_DEVICES=void``, starts a precompiled
+probe after 5 s, and never sets ``HOST_ROOT``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpu_operator.names.keys import IMPLEMENTATION
+from gpu_operator.render.context import RenderContext
+from gpu_operator.render.driverconfig import DriverConfig
+from gpu_operator.render.images import ImageSource, ResolvedImage, resolve_image
+from gpu_operator.render.meta import JSON, config_map, content_hash
+from gpu_operator.render.nvidia.common import BIDI, H2C, HOST_ROOT, nv_container, nv_security, pull_policy, section_env
+from gpu_operator.render.ospaths import CA_DIRS, REPO_DIRS, package_family
+from gpu_operator.render.pods import VALIDATIONS, Volumes, env, field_env, mount
+
+PROBE_CONFIG_MAP = "nvidia-driver-startup-probe"
+PROBE_SCRIPT = "/usr/local/bin/startup-probe.sh"
+READY = f"{VALIDATIONS}/.driver-ctr-ready"
+DAEMONS = f"{VALIDATIONS}/.driver-daemons-status"
+
+STARTUP_PROBE_SCRIPT = f"""#!/bin/sh
+# Startup probe of NVIDIA's driver container: ready once the modules are loaded and nvidia-smi
+# answers; then the GPUDirect flags of this container are written for the driver validation.
+mkdir -p {VALIDATIONS}
+if [ ! -f /sys/module/nvidia/refcnt ]; then
+  echo "the nvidia module is not loaded"
+  exit 1
+fi
+if [ -f {DAEMONS} ] && [ "$(cat {DAEMONS})" != "Ready" ]; then
+  echo "the driver's daemons are not ready"
+  exit 1
+fi
+if ! nvidia-smi >/dev/null 2>&1; then
+  echo "nvidia-smi does not answer"
+  exit 1
+fi
+tmp="$(mktemp {READY}.XXXXXX)"
+{{
+  echo "GDRCOPY_ENABLED=${{GDRCOPY_ENABLED:-false}}"
+  echo "GDS_ENABLED=${{GDS_ENABLED:-false}}"
+  echo "GPU_DIRECT_RDMA_ENABLED=${{GPU_DIRECT_RDMA_ENABLED:-false}}"
+}} > "$tmp"
+mv -f "$tmp" {READY}
+"""
+
+
+def startup_probe_config_map(*, state: str, namespace: str) -> JSON:
+    return config_map(
+        PROBE_CONFIG_MAP, state=state, namespace=namespace, data={"startup-probe.sh": STARTUP_PROBE_SCRIPT}
+    )
+
+
+def nvidia_driver_config(daemonsets: list[JSON], *, namespace: str) -> list[JSON]:
+    """The startup-probe ConfigMap NVIDIA's driver containers mount, when one of them is NVIDIA's."""
+    nvidia = any(ds["metadata"]["annotations"].get(IMPLEMENTATION) == "nvidia" for ds in daemonsets)
+    return [startup_probe_config_map(state="state-driver", namespace=namespace)] if nvidia else []
+
+
+def _classic(cfg: DriverConfig) -> bool:
+    return cfg.env_fallback  # only the ClusterPolicy driver falls back to DRIVER_IMAGE
+
+
+def _flags(cfg: DriverConfig) -> list[JSON]:
+    out = []
+    if cfg.gdrcopy is not None:
+        out.append(env("GDRCOPY_ENABLED", "true"))
+    if cfg.gds is not None:
+        out.append(env("GDS_ENABLED", "true"))
+    if cfg.rdma:
+        out.append(env("GPU_DIRECT_RDMA_ENABLED", "true"))
+        if cfg.host_mofed:
+            out.append(env("USE_HOST_MOFED", "true"))
+    return out
+
+
+def _probe(cfg: DriverConfig) -> JSON:
+    probe: JSON = {
+        "exec": {"command": ["sh", PROBE_SCRIPT]},
+        "initialDelaySeconds": 60,
+        "periodSeconds": 10,
+        "timeoutSeconds": 60,
+        "failureThreshold": 120,
+        "successThreshold": 1,
+    }
+    if cfg.startup_probe is not None:
+        # Non-zero fields of the policy's probe override the defaults (both paths).
+        probe.update({k: v for k, v in cfg.startup_probe.model_dump(by_alias=True, exclude_none=True).items() if v})
+    return probe
+
+
+def _volumes(ctx: RenderContext, cfg: DriverConfig, volumes: Volumes) -> None:
+    volumes.host("run-nvidia", "/run/nvidia")
+    volumes.host("var-log", "/var/log", kind=None)
+    volumes.host("dev-log", "/dev/log", kind=None)
+    volumes.host("host-os-release", "/etc/os-release", kind=None)
+    volumes.host("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager")
+    volumes.host("run-nvidia-topologyd", "/run/nvidia-topologyd")
+    volumes.host("mlnx-ofed-usr-src", "/usr/src" if cfg.host_mofed else "/run/mellanox/drivers/usr/src")
+    volumes.host("run-mellanox-drivers", "/run/mellanox/drivers")
+    volumes.host("run-nvidia-validations", VALIDATIONS)
+    volumes.host("host-root", ctx.root_fs, kind="Directory")
+    volumes.host("host-sys", "/sys", kind="Directory")
+    volumes.host("firmware-search-path", "/sys/module/firmware_class/parameters/path", kind=None)
+    volumes.host("host-sys-devices-system", "/sys/devices/system", kind="Directory")
+    volumes.host("nv-firmware", "/run/nvidia/driver/lib/firmware")
+    volumes.config_map("driver-startup-probe-script", PROBE_CONFIG_MAP, mode=0o755)
+
+
+def _driver_mounts() -> list[JSON]:
+    return [
+        mount("run-nvidia", "/run/nvidia", propagation=BIDI),
+        mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
+        mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
+        mount("var-log", "/var/log"),
+        mount("dev-log", "/dev/log"),
+        mount("host-os-release", "/host-etc/os-release", read_only=True),
+        mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation=H2C),
+        mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation=H2C),
+        mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
+        mount("host-sys-devices-system", "/sys/devices/system"),
+        mount("nv-firmware", "/lib/firmware"),
+        mount("driver-startup-probe-script", PROBE_SCRIPT, read_only=True) | {"subPath": "startup-probe.sh"},
+    ]
+
+
+def _spec_mounts(ctx: RenderContext, cfg: DriverConfig, volumes: Volumes, *, family: str) -> list[JSON]:
+    """ConfigMaps and Secrets the policy names, where NVIDIA's driver image reads them (§3.5)."""
+    out: list[JSON] = []
+    where = cfg.field
+    if cfg.kernel_module_config and ctx.require(
+        "ConfigMap", cfg.kernel_module_config, field=f"{where}.kernelModuleConfig.name"
+    ):
+        # Upstream mounts each key at /drivers/<key>; the keys are not among the facts, so the
+        # ConfigMap is projected under /drivers/kernel-module-config and the image is told where.
+        volumes.config_map(cfg.kernel_module_config, cfg.kernel_module_config)
+        out.append(mount(cfg.kernel_module_config, "/drivers/kernel-module-config", read_only=True))
+    if cfg.repo_config and ctx.require("ConfigMap", cfg.repo_config, field=f"{where}.{cfg.repo_field}"):
+        volumes.config_map(cfg.repo_config, cfg.repo_config)
+        out.append(mount(cfg.repo_config, REPO_DIRS[family], read_only=True))
+    if cfg.cert_config and ctx.require("ConfigMap", cfg.cert_config, field=f"{where}.certConfig.name"):
+        volumes.config_map(cfg.cert_config, cfg.cert_config)
+        out.append(mount(cfg.cert_config, CA_DIRS[family], read_only=True))
+    if cfg.licensing_secret and ctx.require(
+        "Secret", cfg.licensing_secret, field=f"{where}.licensingConfig.secretName"
+    ):
+        volumes.secret("licensing-config", cfg.licensing_secret)
+        out.append(mount("licensing-config", "/drivers/gridd.conf", read_only=True) | {"subPath": "gridd.conf"})
+        if cfg.nls_enabled:
+            token = "/drivers/ClientConfigToken/client_configuration_token.tok"
+            out.append(mount("licensing-config", token, read_only=True) | {"subPath": "client_configuration_token.tok"})
+    if cfg.virtual_topology and ctx.require("ConfigMap", cfg.virtual_topology, field=f"{where}.{cfg.topology_field}"):
+        volumes.config_map("topology-config", cfg.virtual_topology)
+        path = "/etc/nvidia/nvidia-topologyd.conf"
+        out.append(mount("topology-config", path, read_only=True) | {"subPath": "nvidia-topologyd.conf"})
+    return out
+
+
+def _sidecar(ctx: RenderContext, cfg: DriverConfig, key: str, *, os_suffix: str | None, mounts: list[JSON]) -> JSON:
+    section = cfg.gds if key == "gds" else cfg.gdrcopy
+    assert section is not None
+    name, program, module = {
+        "gds": ("nvidia-fs-ctr", "nvidia-gds-driver", "nvidia_fs"),
+        "gdrcopy": ("nvidia-gdrcopy-ctr", "nvidia-gdrcopy-driver", "gdrdrv"),
+    }[key]
+    source = ImageSource(repository=section.repository, image=section.image, version=section.version)
+    image = resolve_image(
+        source,
+        field=f"{cfg.field}.{key}",
+        env_var=("GDS_IMAGE" if key == "gds" else "GDRCOPY_IMAGE") if _classic(cfg) else None,
+        image_env=ctx.settings.image_env,
+        agent_image=ctx.settings.agent_image,
+        os_suffix=os_suffix,
+    )
+    wait = (
+        "until [ -d /run/nvidia/driver/usr/src ] && lsmod | grep -q '^nvidia '; do "
+        "echo waiting for the driver; sleep 10; done; "
+        f"exec {program} install"
+    )
+    out = nv_container(
+        name=name,
+        image=image.reference,
+        policy=pull_policy(section.image_pull_policy),
+        command=["bash", "-xc"],
+        args=[wait],
+        env_vars=section_env([], section.env),
+        mounts=[mount("run-nvidia", "/run/nvidia", propagation=H2C), mount("var-log", "/var/log"), *mounts],
+        security=nv_security(selinux=True),
+        section=cfg,
+    )
+    out["startupProbe"] = {
+        "exec": {"command": ["sh", "-c", f"lsmod | grep {module}"]},
+        "initialDelaySeconds": 10,
+        "periodSeconds": 10,
+        "timeoutSeconds": 10,
+        "failureThreshold": 120,
+    }
+    if cfg.secret_env:
+        out["envFrom"] = [{"secretRef": {"name": cfg.secret_env}}]
+    return out
+
+
+def driver_pod(
+    ctx: RenderContext,
+    cfg: DriverConfig,
+    *,
+    image: ResolvedImage,
+    os_tag: str | None,
+    manager: Callable[[Volumes, list[JSON]], JSON],
+) -> tuple[JSON, list[JSON]]:
+    """The pod body (init manager, driver container, side-cars, volumes) and the probe ConfigMap.
+    ``manager`` builds the driver manager init container (ours or NVIDIA's) given the volumes and
+    the mounts it shares with the driver."""
+    volumes = Volumes()
+    _volumes(ctx, cfg, volumes)
+    classic = _classic(cfg)
+    base = [field_env("NODE_NAME", "spec.nodeName"), field_env("NODE_IP", "status.hostIP")]
+    if cfg.kernel_module_type:
+        base.append(env("KERNEL_MODULE_TYPE", cfg.kernel_module_type))
+        if cfg.kernel_module_type == "open":
+            base.append(env("OPEN_KERNEL_MODULES_ENABLED", "true"))
+    base += _flags(cfg)
+    if not classic:
+        base.append(env("NVIDIA_VISIBLE_DEVICES", "void"))
+    if classic and ctx.root_fs != "/":
+        base.append(env("HOST_ROOT", ctx.root_fs))
+    args = ["init", *(cfg.args or [])] if not classic else (list(cfg.args) if cfg.args else ["init"])
+    family = package_family(os_tag) if os_tag else "apt"
+    mounts = [*_driver_mounts(), *_spec_mounts(ctx, cfg, volumes, family=family)]
+    main = nv_container(
+        name="nvidia-driver-ctr",
+        image=image.reference,
+        policy=pull_policy(cfg.pull_policy),
+        command=["nvidia-driver"],
+        args=args,
+        env_vars=section_env(base, cfg.env),
+        mounts=mounts,
+        security=nv_security(selinux=True),
+        section=cfg,
+    )
+    if cfg.secret_env and ctx.require("Secret", cfg.secret_env, field=f"{cfg.field}.secretEnv"):
+        main["envFrom"] = [{"secretRef": {"name": cfg.secret_env}}]
+    main["startupProbe"] = _probe(cfg)
+    main["lifecycle"] = {"preStop": {"exec": {"command": ["/bin/sh", "-c", f"rm -f {READY} {DAEMONS}"]}}}
+    containers = [main]
+    if cfg.rdma:
+        peer_mounts = [
+            mount("run-nvidia", "/run/nvidia", propagation=BIDI),
+            mount("var-log", "/var/log"),
+            mount("dev-log", "/dev/log", read_only=True),
+            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation=H2C),
+        ]
+        peer = nv_container(
+            name="nvidia-peermem-ctr",
+            image=image.reference,
+            policy=main["imagePullPolicy"],
+            command=["nvidia-driver"],
+            args=["reload_nvidia_peermem"],
+            env_vars=[env("USE_HOST_MOFED", "true")] if cfg.host_mofed else [],
+            mounts=peer_mounts,
+            security=nv_security(selinux=True),
+            section=cfg,
+        )
+        check = {"exec": {"command": ["nvidia-driver", "probe_nvidia_peermem"]}}
+        peer["startupProbe"] = {
+            **check,
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+            "timeoutSeconds": 10,
+            "failureThreshold": 120,
+        }
+        peer["livenessProbe"] = {
+            **check,
+            "initialDelaySeconds": 30,
+            "periodSeconds": 30,
+            "timeoutSeconds": 10,
+            "failureThreshold": 1,
+        }
+        containers.append(peer)
+    for key in ("gds", "gdrcopy"):
+        if getattr(cfg, key) is not None:
+            containers.append(
+                _sidecar(ctx, cfg, key, os_suffix=os_tag, mounts=[mount("dev-log", "/dev/log", read_only=True)])
+            )
+    shared = [
+        mount("run-nvidia", "/run/nvidia", propagation=BIDI),
+        mount("host-root", HOST_ROOT, read_only=True, propagation=H2C),
+        mount("host-sys", "/sys"),
+        mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation=H2C),
+    ]
+    init = manager(volumes, shared)
+    # One digest of what decides the installed driver, on the manager and the driver container:
+    # the manager skips the uninstall when the digest did not change.
+    digest = content_hash({"metadata": {}, "containers": containers, "volumes": volumes.listing()})
+    for c in (init, main):
+        c.setdefault("env", []).append(env("DRIVER_CONFIG_DIGEST", digest))
+    pod: JSON = {"hostPID": True, "initContainers": [init], "containers": containers, "volumes": volumes.listing()}
+    pod["affinity"] = _anti_affinity(classic)
+    secrets = cfg.pull_secret_names()
+    if secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in secrets]
+    return pod, [startup_probe_config_map(state="state-driver", namespace=ctx.namespace)]
+
+
+def _anti_affinity(classic: bool) -> JSON:
+    components = ["nvidia-driver"] if classic else ["nvidia-driver", "nvidia-vgpu-manager"]
+    term = {
+        "labelSelector": {
+            "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In", "values": components}]
+        },
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def nvidia_manager(ctx: RenderContext, cfg: DriverConfig, volumes: Volumes, shared: list[JSON]) -> JSON:
+    """NVIDIA's ``k8s-driver-manager`` init: evicts GPU pods and unloads the old driver (§3.1)."""
+    section: Any = cfg.manager
+    source = ImageSource(
+        repository=getattr(section, "repository", None),
+        image=getattr(section, "image", None),
+        version=getattr(section, "version", None),
+    )
+    image = resolve_image(
+        source,
+        field=f"{cfg.field}.manager",
+        env_var="DRIVER_MANAGER_IMAGE",
+        image_env=ctx.settings.image_env,
+        agent_image=ctx.settings.agent_image,
+    )
+    base = [
+        field_env("NODE_NAME", "spec.nodeName"),
+        field_env("OPERATOR_NAMESPACE", "metadata.namespace"),
+        env("NVIDIA_VISIBLE_DEVICES", "void"),
+        env("ENABLE_GPU_POD_EVICTION", "true"),
+        env("ENABLE_AUTO_DRAIN", "false"),
+        env("DRAIN_USE_FORCE", "false"),
+        env("DRAIN_POD_SELECTOR_LABEL", ""),
+        env("DRAIN_TIMEOUT_SECONDS", "0s"),
+        env("DRAIN_DELETE_EMPTYDIR_DATA", "false"),
+    ]
+    if cfg.rdma:
+        base.append(env("GPU_DIRECT_RDMA_ENABLED", "true"))
+        if cfg.host_mofed:
+            base.append(env("USE_HOST_MOFED", "true"))
+    if _classic(cfg) and ctx.root_fs != "/":
+        base.append(env("HOST_ROOT", ctx.root_fs))
+    return nv_container(
+        name="k8s-driver-manager",
+        image=image.reference,
+        policy=pull_policy(getattr(section, "image_pull_policy", None)),
+        command=["driver-manager"],
+        args=["uninstall_driver"],
+        env_vars=section_env(base, getattr(section, "env", None)),
+        mounts=shared,
+        section=cfg,
+    )
