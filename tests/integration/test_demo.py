@@ -21,6 +21,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from gpu_operator.cli.main import cli
 from gpu_operator.demo import simulated as demo
 from gpu_operator.demo import upgrade as demo_upgrade
+from gpu_operator.names.images import driver_version
 from gpu_operator.upgrade import model as m
 
 UUID = r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -31,8 +32,8 @@ GPU_NODES = ("demo-a100-mig-0", "demo-dgx-h100-0", "demo-dgx-h100-1", "demo-pcie
 
 
 def _driver_version(pod: JSON) -> str:
-    container = next(c for c in pod["spec"]["containers"] if c["name"] == "nvidia-driver-ctr")
-    return next(str(e.get("value", "")) for e in container.get("env") or [] if e["name"] == "DRIVER_VERSION")
+    # The demo names NVIDIA's driver image: its pods run NVIDIA's contract, version in the image tag.
+    return driver_version(pod)
 
 
 @pytest.mark.timeout(400)

@@ -177,14 +177,59 @@ def _valid_policy_from_values(helm: Any, tmp_path: Path, text: str) -> tuple[dic
 
 
 def test_upstream_style_values_carry_over(helm: Any, tmp_path: Path) -> None:
+    """NVIDIA's driver image named the upstream way runs as NVIDIA's operator runs it: ``nvidia-driver
+    init`` with its startup-probe script, never our agent command, which cannot run in that image
+    (the test this replaces asserted exactly that broken carry-over)."""
     policy_doc, policy = _valid_policy_from_values(helm, tmp_path, UPSTREAM_STYLE_VALUES)
     spec = policy_doc["spec"]
     assert spec["devicePlugin"]["config"] == {"name": "time-slicing-config", "default": "any"}
     assert spec["toolkit"]["env"][0]["name"] == "CONTAINERD_SOCKET"
     facts = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
     states = render(policy, facts, operator=OperatorSettings(agent_image="ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"))
-    driver = next(o for s in states for o in s.objects if o["metadata"]["name"] == "nvidia-driver-daemonset")
-    assert driver["spec"]["template"]["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
+    objects = {o["metadata"]["name"]: o for s in states for o in s.objects}
+    driver = objects["nvidia-driver-daemonset-ubuntu22.04"]
+    assert driver["metadata"]["annotations"]["nvidia.com/gpu-operator.implementation"] == "nvidia"
+    main = driver["spec"]["template"]["spec"]["containers"][0]
+    assert main["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
+    assert (main["command"], main["args"]) == (["nvidia-driver"], ["init"])
+    assert main["startupProbe"]["exec"]["command"] == ["sh", "/usr/local/bin/startup-probe.sh"]
+    licensing = {m["mountPath"] for m in main["volumeMounts"] if m["name"] == "licensing-config"}
+    assert licensing == {"/drivers/gridd.conf", "/drivers/ClientConfigToken/client_configuration_token.tok"}
+    # The other operands name no image: our agents, mixed with NVIDIA's driver.
+    plugin = objects["nvidia-device-plugin-daemonset"]["spec"]["template"]["spec"]["containers"][0]
+    assert plugin["command"] == ["gpu-operator", "agent", "device-plugin"]
+
+
+UPSTREAM_VALUES = REPO / "tests" / "data" / "upstream" / "values-v26.7.yaml"
+
+
+def test_upstream_v26_7_values_unchanged(helm: Any) -> None:
+    """Upstream's v26.7 values (their shape and defaults, tests/data/upstream) used unchanged: 0 errors;
+    our operator image (NVIDIA's operator is what this chart replaces); the validator and node status
+    exporter get NVIDIA's version as upstream's appVersion would give it; every operand NVIDIA's."""
+    out = helm("template", "g", str(CHART), "-f", str(UPSTREAM_VALUES), "--kube-version", KUBE_VERSION)
+    kinds = by_kind([d for d in yaml.safe_load_all(out.stdout) if d])
+    (policy_doc,) = kinds["ClusterPolicy"]
+    result = validate_document(policy_doc)
+    assert result.errors == ()
+    assert isinstance(result.model, ClusterPolicy)
+    (deployment,) = kinds["Deployment"]
+    assert (
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+        == "ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"
+    )
+    for section in ("validator", "nodeStatusExporter"):
+        assert policy_doc["spec"][section]["version"] == "v26.7.0"
+    facts = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu22.04", has_nfd_labels=True)
+    states = render(
+        result.model, facts, operator=OperatorSettings(agent_image="ghcr.io/gpu-operator-py/gpu-operator:v0.1.0")
+    )
+    sets = [o for s in states for o in s.objects if o["kind"] == "DaemonSet"]
+    assert {ds["metadata"]["annotations"]["nvidia.com/gpu-operator.implementation"] for ds in sets} == {"nvidia"}
+    commands = {
+        c["command"][0] for ds in sets for c in ds["spec"]["template"]["spec"]["containers"] if c.get("command")
+    }
+    assert "gpu-operator" not in commands
 
 
 UPSTREAM_UPGRADE_AND_HOST_NETWORK = """

@@ -31,6 +31,7 @@ from gpu_operator.cli.status import gather, print_status
 from gpu_operator.gpu.backend import GpuNotFoundError
 from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.kube.typed import ApiError, Client, Node, PatchType, Pod
+from gpu_operator.names.images import driver_version
 from gpu_operator.names.objects import is_ready
 from gpu_operator.sim.control.simulator import Simulator
 from gpu_operator.upgrade import model as m
@@ -95,13 +96,6 @@ class UpgradeRow:
         )
 
 
-def _env(pod: JSON, name: str) -> str:
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        if container.get("name") == DRIVER_CONTAINER:
-            return next((str(e.get("value", "")) for e in container.get("env") or [] if e.get("name") == name), "")
-    return ""
-
-
 def _ready(pod: JSON) -> bool:
     return is_ready(pod)
 
@@ -131,7 +125,7 @@ def upgrade_rows(*, client: Client, sim: Simulator, namespace: str) -> list[Upgr
             UpgradeRow(
                 node=name,
                 state=(node_obj["metadata"].get("labels") or {}).get(m.STATE_LABEL, ""),
-                pod_version=_env(pod, "DRIVER_VERSION") if pod else "",
+                pod_version=driver_version(pod) if pod else "",
                 pod_ready=pod is not None and _ready(pod),
                 loaded=_loaded(sim=sim, node=name),
                 cordoned=bool((node_obj.get("spec") or {}).get("unschedulable")),

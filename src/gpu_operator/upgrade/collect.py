@@ -19,6 +19,7 @@ from typing import Any
 
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.names import keys
+from gpu_operator.names.images import driver_version
 from gpu_operator.names.objects import is_ready
 from gpu_operator.names.pods import pod_view
 from gpu_operator.names.selectors import from_label_selector
@@ -95,8 +96,8 @@ def driver_view(pod: JSON, *, daemonset: JSON | None, newest_hash: str | None) -
         restarts=restarts,
         waiting_reason=reason,
         created=_seconds(meta.get("creationTimestamp")),
-        version=template_env(pod, "DRIVER_VERSION"),
-        target_version=template_env(template, "DRIVER_VERSION"),
+        version=driver_version(pod),
+        target_version=driver_version(template),
         digest=digest,
         startup_seconds=startup(status),
     )

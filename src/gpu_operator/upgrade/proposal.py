@@ -21,6 +21,7 @@ from gpu_operator.api.defaults import is_enabled
 from gpu_operator.kube.api import JSON, Kube, strip
 from gpu_operator.kube.facts import gather_facts
 from gpu_operator.kube.typed import ApiError, codecs
+from gpu_operator.names.images import driver_version
 from gpu_operator.render import OperatorSettings, render
 from gpu_operator.render.meta import with_owner
 from gpu_operator.upgrade.collect import CLUSTER_POLICY, DRIVER_SELECTOR, Cluster, read_cluster, startup, template_env
@@ -87,7 +88,7 @@ def _propose(driver: DriverPodView, *, live: JSON, proposed: JSON) -> DriverPodV
         driver,
         in_sync=False,
         same_config=same,
-        target_version=template_env(proposed, "DRIVER_VERSION") or driver.version,
+        target_version=driver_version(proposed) or driver.version,
     )
 
 

@@ -11,13 +11,23 @@ app.kubernetes.io/part-of: gpu-operator
 {{/* Fixed names: the operator is a singleton and its RBAC (templates/rbac.yaml) names them. */}}
 {{- define "gpu-operator.serviceAccountName" -}}gpu-operator{{- end -}}
 
-{{/* The operator image; it is also the image every operand runs unless the policy names another. */}}
+{{/*
+The operator image; it is also the image every operand runs unless the policy names another.
+NVIDIA's operator image (nvcr.io/nvidia/gpu-operator, what upstream's values.yaml names) is the
+operator this chart replaces, so a values file naming it gets this chart's own image.
+*/}}
 {{- define "gpu-operator.image" -}}
+{{- $repository := .Values.operator.repository -}}
+{{- $image := .Values.operator.image -}}
 {{- $version := .Values.operator.version | default .Chart.AppVersion -}}
+{{- if and (eq (trimSuffix "/" $repository) "nvcr.io/nvidia") (eq $image "gpu-operator") -}}
+{{- $repository = "ghcr.io/gpu-operator-py" -}}
+{{- $version = .Chart.AppVersion -}}
+{{- end -}}
 {{- if hasPrefix "sha256:" $version -}}
-{{- printf "%s/%s@%s" .Values.operator.repository .Values.operator.image $version -}}
+{{- printf "%s/%s@%s" $repository $image $version -}}
 {{- else -}}
-{{- printf "%s/%s:%s" .Values.operator.repository .Values.operator.image $version -}}
+{{- printf "%s/%s:%s" $repository $image $version -}}
 {{- end -}}
 {{- end -}}
 

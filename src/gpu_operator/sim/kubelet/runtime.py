@@ -32,6 +32,7 @@ from gpu_operator.sim.kubelet.volumes import PodSetup, SetupError, prepare, refr
 from gpu_operator.sim.programs.context import ProgramContext, Signals
 from gpu_operator.sim.programs.launcher import ProgramRun
 from gpu_operator.sim.programs.programs import parse_command
+from gpu_operator.sim.programs.standins import standin_name
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -202,6 +203,10 @@ class PodWorker:
     async def _container_loop(self, spec: ContainerSpec) -> None:
         record = self.records[spec.name]
         parsed = parse_command(command=spec.command, args=spec.args)
+        if parsed is None:
+            # NVIDIA's contract (not our command): its stand-in, given the image (standins module).
+            standin = standin_name(container=spec.name, command=spec.command, args=spec.args)
+            parsed = (standin, (spec.image,)) if standin else None
         program = self.host.registry.get(parsed[0]) if parsed else None
         if parsed is None or program is None:
             shown = " ".join([*spec.command, *spec.args]) or f"(image entrypoint of {spec.image})"

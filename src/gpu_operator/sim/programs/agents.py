@@ -13,14 +13,17 @@ from gpu_operator.agents.programs import PROGRAMS
 from gpu_operator.sim.programs.operatorpod import PROGRAM as OPERATOR_PROGRAM
 from gpu_operator.sim.programs.operatorpod import operator_program
 from gpu_operator.sim.programs.programs import ProgramRegistry, default_registry
+from gpu_operator.sim.programs.standins import programs as standin_programs
 
 
 def agent_registry() -> ProgramRegistry:
-    """The built-in test programs plus every node agent, by the names ``gpu-operator agent`` accepts, and the
-    operator (``gpu-operator operator``)."""
+    """The built-in test programs plus every node agent, by the names ``gpu-operator agent`` accepts, the
+    operator (``gpu-operator operator``) and the stand-ins for NVIDIA's images (``standins``)."""
     registry = default_registry()
     for name, program in PROGRAMS.items():
         if name != "sleep":  # the simulator's own sleep program stays (tests stop it on purpose)
             registry.register_program(name, program)
     registry.register_program(OPERATOR_PROGRAM, operator_program)
+    for name, standin in standin_programs().items():
+        registry.register_program(name, standin)
     return registry
