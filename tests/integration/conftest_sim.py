@@ -23,6 +23,7 @@ from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.sim.control.simulator import Simulator
 from gpu_operator.sim.kubelet.node import NodeOptions
 from gpu_operator.sim.programs.programs import Program
+from gpu_operator.sim.programs.standins import programs as standin_programs
 
 #: The operand agents the operator's DaemonSets run (``gpu-operator agent NAME``), from the one table.
 OPERAND_AGENTS = tuple(name for name in PROGRAMS if name != "sleep")
@@ -32,9 +33,12 @@ SimProgramFactory = Callable[[str, Program], None]
 
 @pytest.fixture(scope="session")
 def simulator(local_cluster: LocalCluster) -> Iterator[Simulator]:
-    """The session's simulator (node names start with ``simt-``)."""
+    """The session's simulator (node names start with ``simt-``), with the stand-ins for NVIDIA's images:
+    a policy naming NVIDIA's images runs them wherever a test registers our agents."""
     access = ClusterAccess.from_kubeconfig(local_cluster.kubeconfig_path)
     with Simulator(access=access, name_prefix="simt") as sim:
+        for name, program in standin_programs().items():
+            sim.registry.register_program(name, program)
         yield sim
 
 

@@ -12,6 +12,7 @@ DaemonSet annotated ``nvidia``; then a mixed policy (NVIDIA's driver, our other 
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -19,11 +20,13 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from lightkube import Client, codecs
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
+from gpu_operator.cli.main import cli
 from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.localcluster.binaries import locate_binaries
 from gpu_operator.localcluster.tools import component_env
@@ -109,6 +112,13 @@ def test_upstream_values_run_nvidia_images_to_ready(
     assert driver["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
     for node in (dgx, l4):
         assert (client.get(Node, node).status.allocatable or {}).get("nvidia.com/gpu")  # type: ignore[union-attr]
+    # `gpu-operator status` says which implementation each operand runs.
+    kubeconfig = str(operator.cluster.kubeconfig_path)
+    shown = CliRunner().invoke(cli, ["status", "--kubeconfig", kubeconfig, "-o", "json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["implementations"]["nvidia-device-plugin-daemonset"] == "nvidia"
+    text = CliRunner().invoke(cli, ["status", "--kubeconfig", kubeconfig]).output
+    assert "NVIDIA's images (NVIDIA's contract): " in text
 
     # Mixed: NVIDIA's driver container, our toolkit, validator, plugin and the rest (no image named).
     mixed = {"driver": policy["spec"]["driver"], "dcgm": {"enabled": False}}

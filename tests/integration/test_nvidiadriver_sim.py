@@ -13,6 +13,7 @@ from lightkube.resources.core_v1 import Node
 from gpu_operator.api.nvidiadriver import OWNER_LABEL
 from gpu_operator.kube.api import NVIDIADriverResource
 from gpu_operator.localcluster.waiting import wait_for
+from gpu_operator.names.images import driver_version
 from gpu_operator.sim.control.simulator import Simulator
 from gpu_operator.sim.programs.agents import agent_registry
 from tests.integration.conftest_operator import OperatorThread
@@ -75,7 +76,8 @@ def test_drivers_route_nodes_to_pools(
         assert ds["spec"]["updateStrategy"]["type"] == "OnDelete"
         assert ds["status"]["desiredNumberScheduled"] == 1
         main = ds["spec"]["template"]["spec"]["containers"][0]
-        versions.add(next(e["value"] for e in main["env"] if e["name"] == "DRIVER_VERSION"))
+        assert main["command"] == ["nvidia-driver"]  # NVIDIA's driver image: NVIDIA's contract
+        versions.add(driver_version(ds["spec"]["template"]))
     assert versions == {"580.65.06", "570.172.08"}
     # The h100 driver's pod loaded its version on the node's simulated GPUs.
     wait_for(lambda: simulator.node(dgx).gpu.driver_version() == "570.172.08", timeout=30, describe="driver loaded")

@@ -32,6 +32,7 @@ from gpu_operator.kube.api import ClusterPolicyResource, NVIDIADriverResource
 from gpu_operator.kube.crds import install_crds
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
+from gpu_operator.names.images import driver_version
 from gpu_operator.sim.control.simulator import Simulator
 from gpu_operator.sim.programs.agents import agent_registry
 from gpu_operator.upgrade import model as m
@@ -251,7 +252,7 @@ def test_rolling_driver_upgrade_of_20_nodes(
     assert {m.POD_DELETION, m.POD_RESTART, m.VALIDATION} <= set(restarted)
     for node in nodes[:-1]:
         pod = _driver_pod(client, namespace, node)
-        assert _env(pod, "DRIVER_VERSION") == NEW
+        assert driver_version(pod) == NEW  # NVIDIA's driver image: the version is its tag
         assert len(recorder.driver_uids[node]) == 2, node  # replaced exactly once despite the restarts
         assert recorder.cordon_flips[node] == [False, True, False], node  # cordoned once, uncordoned once
     failed = client.get(Node, failing).to_dict()
@@ -305,8 +306,3 @@ def _driver_pod(client: Client, namespace: str, node: str) -> JSON:
     live = [p.to_dict() for p in pods if not (p.metadata and p.metadata.deletionTimestamp)]
     assert len(live) == 1, live
     return live[0]
-
-
-def _env(pod: JSON, name: str) -> str:
-    container = next(c for c in pod["spec"]["containers"] if c["name"] == "nvidia-driver-ctr")
-    return next(str(e.get("value", "")) for e in container.get("env") or [] if e["name"] == name)

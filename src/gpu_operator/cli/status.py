@@ -41,6 +41,16 @@ def _warnings(client: Any, *, namespace: str, node: str) -> list[dict[str, Any]]
     return found
 
 
+def implementations(daemonsets: list[dict[str, Any]]) -> dict[str, str]:
+    """Operand DaemonSet -> ``agent`` (our agent) or ``nvidia`` (NVIDIA's image and contract)."""
+    out = {}
+    for ds in daemonsets:
+        kind = (ds["metadata"].get("annotations") or {}).get(keys.IMPLEMENTATION)
+        if kind:
+            out[ds["metadata"]["name"]] = kind
+    return dict(sorted(out.items()))
+
+
 def gather(
     *, kubeconfig: str | None, namespace: str | None, node_name: str | None = None
 ) -> tuple[list[dict[str, Any]], list[NodeReport]]:
@@ -107,6 +117,7 @@ def _last_lines(client: Any, *, namespace: str, pods: list[dict[str, Any]]) -> d
 def status_command(kubeconfig: str | None, namespace: str | None, node_name: str | None, output: str) -> None:
     """Explain the ClusterPolicy and every GPU node: what is ready and what each node waits for."""
     policies, reports = gather(kubeconfig=kubeconfig, namespace=namespace, node_name=node_name)
+    chosen = _implementations(kubeconfig=kubeconfig, namespace=namespace, policies=policies)
     if node_name:
         reports = [r for r in reports if r.node == node_name]
         if not reports:
@@ -115,11 +126,30 @@ def status_command(kubeconfig: str | None, namespace: str | None, node_name: str
         body = {
             "policies": [{"name": p["metadata"]["name"], "status": p.get("status") or {}} for p in policies],
             "nodes": [r.as_json() for r in reports],
+            "implementations": chosen,
         }
         click.echo(json.dumps(body, indent=2, sort_keys=True))
         return
-    print_status(console=Console(width=160), policies=policies, reports=reports, node_name=node_name)
+    console = Console(width=160)
+    print_status(console=console, policies=policies, reports=reports, node_name=node_name)
+    nvidia = [name for name, kind in chosen.items() if kind == "nvidia"]
+    if nvidia and not node_name:
+        console.print(f"NVIDIA's images (NVIDIA's contract): {', '.join(nvidia)}", markup=False, highlight=False)
     sys.stdout.flush()
+
+
+def _implementations(
+    *, kubeconfig: str | None, namespace: str | None, policies: list[dict[str, Any]]
+) -> dict[str, str]:
+    from gpu_operator.kube.typed import DaemonSet  # noqa: PLC0415
+
+    active = next((p for p in policies if (p.get("status") or {}).get("state") != "ignored"), None)
+    ns = namespace or ((active or {}).get("status") or {}).get("namespace") or "gpu-operator"
+    client = _client(kubeconfig)
+    try:
+        return implementations([d.to_dict() for d in client.list(DaemonSet, namespace=ns)])
+    finally:
+        client.close()
 
 
 def print_status(

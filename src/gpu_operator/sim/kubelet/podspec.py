@@ -57,7 +57,10 @@ def restart_policy(pod: JSON) -> str:
 
 
 def has_readiness_probe(container: ContainerSpec) -> bool:
-    return bool(container.spec.get("readinessProbe"))
+    """Whether the container's readiness is the program's to report: a readiness probe, or a startup
+    probe (a kubelet reports no container Ready before its startup probe passed; NVIDIA's driver
+    container has only that one)."""
+    return bool(container.spec.get("readinessProbe") or container.spec.get("startupProbe"))
 
 
 def extended_requests(container: ContainerSpec) -> dict[str, int]:

@@ -12,7 +12,7 @@ chain is tested across the two implementations:
   MIG manager) wait for the file and take its variables;
 - NVIDIA's ``toolkit-validation`` wait loop waits for ``toolkit-ready`` and exits;
 - containers whose program has no agent of ours (DCGM host engine, the config managers, the
-  GPUDirect side-cars) run until stopped (DCGM reports ready, as its TCP probe would).
+  GPUDirect side-cars) run until stopped; those with a probe report ready, as the probe would.
 
 A stand-in is chosen by container name, the contract's fixed names; what it cannot stand in for is
 left to the ``UnknownProgram`` wait, never guessed.
@@ -75,9 +75,9 @@ STANDINS: Mapping[str, StandIn] = {
     "nvidia-node-status-exporter": StandIn(agent="node-status-exporter"),
     "config-manager-init": StandIn(agent=None, exits=True),
     "config-manager": StandIn(agent=None),
-    "nvidia-peermem-ctr": StandIn(agent=None),
-    "nvidia-fs-ctr": StandIn(agent=None),
-    "nvidia-gdrcopy-ctr": StandIn(agent=None),
+    "nvidia-peermem-ctr": StandIn(agent=None, ready=True),
+    "nvidia-fs-ctr": StandIn(agent=None, ready=True),
+    "nvidia-gdrcopy-ctr": StandIn(agent=None, ready=True),
 }
 PROGRAM_PREFIX = "nvidia-standin-"
 
