@@ -51,11 +51,6 @@ PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
 GPUS = {"real-node-1": 8, "real-node-2": 2}
 OLD, NEW = "580.95.05", "595.91.07"
 SHAPE: Shape = "driver-container"
-DRIVER_DAEMONSET = "nvidia-driver-daemonset"
-OPERANDS = {
-    DRIVER_DAEMONSET, "nvidia-gpu-discovery", "nvidia-container-toolkit-daemonset", "nvidia-operator-validator",
-    "nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-mig-manager",
-}  # fmt: skip
 
 
 def _host_os_tag() -> str:
@@ -64,6 +59,14 @@ def _host_os_tag() -> str:
     tag = os_tag(labels)
     assert tag, f"this machine's os-release gives no OS tag: {labels}"
     return tag
+
+
+# An OS-tagged driver image: one DaemonSet per OS tag of the GPU nodes (both nodes share this machine's).
+DRIVER_DAEMONSET = f"nvidia-driver-daemonset-{_host_os_tag()}"
+OPERANDS = {
+    DRIVER_DAEMONSET, "nvidia-gpu-discovery", "nvidia-container-toolkit-daemonset", "nvidia-operator-validator",
+    "nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-mig-manager",
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +104,9 @@ def installed(driver_cluster: LocalCluster, kube: Client, tmp_path_factory: pyte
     """``helm install`` naming the fake driver image; seconds until the policy is ready."""
     # The startup probe at a test's pace (the chart's 60 s initial delay suits a real driver build).
     probe = {"initialDelaySeconds": 2, "periodSeconds": 2, "timeoutSeconds": 30, "failureThreshold": 90}
-    driver = {"enabled": True, "repository": REPOSITORY, "image": IMAGE, "version": OLD, "startupProbe": probe}
+    # The fake driver image is the operator's image plus the fake installers: our driver agent runs in it.
+    driver = {"enabled": True, "repository": REPOSITORY, "image": IMAGE, "version": OLD, "startupProbe": probe,
+              "implementation": "agent"}  # fmt: skip
     seconds = install_until_ready(driver_cluster, kube, values={"driver": driver}, timeout=300,
                                   workdir=tmp_path_factory.mktemp("values"))  # fmt: skip
     print(f"helm install to ClusterPolicy ready, driver installed by the driver container: {seconds:.1f} s")

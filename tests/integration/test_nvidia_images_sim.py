@@ -74,8 +74,10 @@ def _wait(client: Client, namespace: str, check: Callable[[], bool], what: str, 
 
 
 def _register(sim_program: SimProgramFactory) -> None:
+    """Our agents for this test; the session simulator always has the stand-ins (conftest_sim)."""
     registry = agent_registry()
-    for name in [*OPERAND_AGENTS, *(n for n in registry.names() if n.startswith(PROGRAM_PREFIX))]:
+    assert any(n.startswith(PROGRAM_PREFIX) for n in registry.names())
+    for name in OPERAND_AGENTS:
         spec = registry.get(name)
         assert spec is not None
         sim_program(name, spec.entrypoint)
@@ -127,9 +129,12 @@ def test_upstream_values_run_nvidia_images_to_ready(
 
     def mixed_ready() -> bool:
         found = {d.metadata.name: d.to_dict() for d in client.list(DaemonSet, namespace=namespace)}  # type: ignore[union-attr]
-        toolkit = found.get("nvidia-container-toolkit-daemonset")
-        ours = toolkit is not None and toolkit["metadata"]["annotations"][IMPLEMENTATION] == "agent"
-        return ours and _state(client) == "ready"
+        ours = ("nvidia-container-toolkit-daemonset", "nvidia-operator-validator", "nvidia-device-plugin-daemonset")
+        want = dict.fromkeys((*ours, "gpu-feature-discovery"), "agent")
+        want["nvidia-driver-daemonset-ubuntu22.04"] = "nvidia"
+        seen = {name: (found[name]["metadata"].get("annotations") or {}).get(IMPLEMENTATION) for name in want
+                if name in found}  # fmt: skip
+        return seen == want and _state(client) == "ready"
 
     _wait(client, namespace, mixed_ready, "mixed policy ready", 240)
     found = {d.metadata.name: d.to_dict() for d in client.list(DaemonSet, namespace=namespace)}  # type: ignore[union-attr]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -52,6 +53,7 @@ def _gather(**kwargs: Any) -> Any:
 
 def test_table_says_which_nodes_wait_on_the_upgrade(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(status, "gather", _gather)
+    monkeypatch.setattr(status, "operand_implementations", lambda **kwargs: {})
     result = CliRunner().invoke(status.status_command, [], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     out = result.output
@@ -62,9 +64,30 @@ def test_table_says_which_nodes_wait_on_the_upgrade(monkeypatch: pytest.MonkeyPa
 
 def test_node_view_shows_the_event_behind_the_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(status, "gather", _gather)
+    monkeypatch.setattr(status, "operand_implementations", lambda **kwargs: {})
     result = CliRunner().invoke(status.status_command, ["--node", "gpu-2"])
     assert result.exit_code == 0, result.output
     lines = [line.strip() for line in result.output.splitlines()]
     assert f"driver-upgrade     waiting  driver upgrade failed: {FAILURE}" in lines
     assert f"event: Warning GPUDriverUpgrade (at 2025-01-01T10:05:00Z): upgrade failed: {FAILURE}" in lines
     assert "driver             done  ready" in lines
+
+
+def test_status_names_the_operands_that_run_nvidia_images(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(status, "gather", _gather)
+    chosen = {"nvidia-driver-daemonset-ubuntu22.04": "nvidia", "nvidia-device-plugin-daemonset": "agent"}
+    monkeypatch.setattr(status, "operand_implementations", lambda **kwargs: chosen)
+    out = CliRunner().invoke(status.status_command, [], env={"COLUMNS": "200"}).output
+    assert "NVIDIA's images (NVIDIA's contract): nvidia-driver-daemonset-ubuntu22.04" in out
+    assert "nvidia-device-plugin-daemonset" not in out.split("NVIDIA's images")[1]
+    shown = CliRunner().invoke(status.status_command, ["-o", "json"])
+    assert json.loads(shown.output)["implementations"] == chosen
+
+
+def test_implementations_read_the_daemonset_annotation() -> None:
+    sets: list[dict[str, Any]] = [
+        {"metadata": {"name": "b", "annotations": {"nvidia.com/gpu-operator.implementation": "nvidia"}}},
+        {"metadata": {"name": "a", "annotations": {"nvidia.com/gpu-operator.implementation": "agent"}}},
+        {"metadata": {"name": "c"}},  # not an operand of ours
+    ]
+    assert status.implementations(sets) == {"a": "agent", "b": "nvidia"}

@@ -117,7 +117,7 @@ def _last_lines(client: Any, *, namespace: str, pods: list[dict[str, Any]]) -> d
 def status_command(kubeconfig: str | None, namespace: str | None, node_name: str | None, output: str) -> None:
     """Explain the ClusterPolicy and every GPU node: what is ready and what each node waits for."""
     policies, reports = gather(kubeconfig=kubeconfig, namespace=namespace, node_name=node_name)
-    chosen = _implementations(kubeconfig=kubeconfig, namespace=namespace, policies=policies)
+    chosen = operand_implementations(kubeconfig=kubeconfig, namespace=namespace, policies=policies)
     if node_name:
         reports = [r for r in reports if r.node == node_name]
         if not reports:
@@ -138,9 +138,10 @@ def status_command(kubeconfig: str | None, namespace: str | None, node_name: str
     sys.stdout.flush()
 
 
-def _implementations(
+def operand_implementations(
     *, kubeconfig: str | None, namespace: str | None, policies: list[dict[str, Any]]
 ) -> dict[str, str]:
+    """The operand DaemonSets' implementations (``agent``/``nvidia``) in the policy's namespace."""
     from gpu_operator.kube.typed import DaemonSet  # noqa: PLC0415
 
     active = next((p for p in policies if (p.get("status") or {}).get("state") != "ignored"), None)

@@ -36,6 +36,8 @@ DRIVER_VALUES: JSON = {
     "image": IMAGE,
     "version": OLD_VERSION,
     "startupProbe": {"initialDelaySeconds": 2, "periodSeconds": 2, "timeoutSeconds": 30, "failureThreshold": 90},
+    # The fake driver image is the operator's image plus the fake installers: our driver agent runs in it.
+    "implementation": "agent",
 }
 SHOW_DRIVER = "echo driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1); sleep 3600"
 

@@ -32,7 +32,7 @@ from gpu_operator.render.catalog import (
     operand,
 )
 from gpu_operator.render.context import RenderContext
-from gpu_operator.render.driverconfig import DriverConfig
+from gpu_operator.render.driverconfig import MANAGER_DEFAULTS, DriverConfig, manager_image
 from gpu_operator.render.images import ImageSource, ResolvedImage, resolve_image
 from gpu_operator.render.implementations import Choice, choose
 from gpu_operator.render.meta import JSON, content_hash
@@ -271,48 +271,18 @@ def _nvidia_daemonset(
     )
 
 
-def _manager_source(cfg: DriverConfig) -> ImageSource:
-    section: Any = cfg.manager
-    return ImageSource(
-        repository=getattr(section, "repository", None),
-        image=getattr(section, "image", None),
-        version=getattr(section, "version", None),
-    )
-
-
 def _manager_choice(ctx: RenderContext, cfg: DriverConfig) -> Choice:
-    image = resolve_image(
-        _manager_source(cfg),
-        field=f"{cfg.field}.manager",
-        env_var=DRIVER_MANAGER[2],
-        image_env=ctx.settings.image_env,
-        agent_image=ctx.settings.agent_image,
-    )
+    image = manager_image(cfg, image_env=ctx.settings.image_env, agent_image=ctx.settings.agent_image)
     forced = getattr(cfg.manager, "implementation", None)
     return choose(forced=forced, image=image, agent_image=ctx.settings.agent_image, field=f"{cfg.field}.manager")
 
 
 def _manager(ctx: RenderContext, cfg: DriverConfig, volumes: Volumes, *, base_mounts: list[JSON]) -> JSON:
-    name, agent, env_var = DRIVER_MANAGER
+    name, agent, _ = DRIVER_MANAGER
     section: Any = cfg.manager
-    image = resolve_image(
-        _manager_source(cfg),
-        field=f"{cfg.field}.manager",
-        env_var=env_var,
-        image_env=ctx.settings.image_env,
-        agent_image=ctx.settings.agent_image,
-    )
-    defaults = [
-        *agent_env(),
-        env("ENABLE_GPU_POD_EVICTION", "true"),
-        # Draining is the upgrade controller's job when auto-upgrade is on (it annotates the node).
-        env("ENABLE_AUTO_DRAIN", "false"),
-        env("DRAIN_USE_FORCE", "false"),
-        env("DRAIN_POD_SELECTOR_LABEL", ""),
-        env("DRAIN_TIMEOUT_SECONDS", "0s"),
-        env("DRAIN_DELETE_EMPTYDIR_DATA", "false"),
-        *_flags(cfg),
-    ]
+    image = manager_image(cfg, image_env=ctx.settings.image_env, agent_image=ctx.settings.agent_image)
+    # Draining is the upgrade controller's job when auto-upgrade is on (it annotates the node).
+    defaults = [*agent_env(), *(env(k, v) for k, v in MANAGER_DEFAULTS), *_flags(cfg)]
     mounts = list(base_mounts)
     if cfg.rdma:
         mounts.append(

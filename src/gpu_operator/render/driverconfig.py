@@ -10,6 +10,7 @@ priority class, security context and node affinity instead of ``daemonsets.*``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from gpu_operator.api.base import EnvVar, ResourceRequirements, Toleration
 from gpu_operator.api.clusterpolicy import ClusterPolicySpec
 from gpu_operator.api.components import DriverManager, Probe
 from gpu_operator.api.nvidiadriver import NVIDIADriver
-from gpu_operator.render.images import ImageSource
+from gpu_operator.render.images import ImageSource, ResolvedImage, resolve_image
 from gpu_operator.render.meta import JSON
 
 #: The NVIDIADriver CRD's default ``image``: a driver that names only this runs our agent image.
@@ -196,4 +197,33 @@ def from_nvidiadriver(cr: NVIDIADriver) -> DriverConfig:
         priority_class_name=s.priority_class_name,
         pod_security_context=s.pod_security_context,
         node_affinity=s.node_affinity,
+    )
+
+
+#: The driver manager's eviction and drain settings, static as upstream renders them (draining is the
+#: upgrade controller's job when auto-upgrade is on; ``driver.manager.env`` overrides them).
+MANAGER_DEFAULTS = (
+    ("ENABLE_GPU_POD_EVICTION", "true"),
+    ("ENABLE_AUTO_DRAIN", "false"),
+    ("DRAIN_USE_FORCE", "false"),
+    ("DRAIN_POD_SELECTOR_LABEL", ""),
+    ("DRAIN_TIMEOUT_SECONDS", "0s"),
+    ("DRAIN_DELETE_EMPTYDIR_DATA", "false"),
+)
+
+
+def manager_image(cfg: DriverConfig, *, image_env: Mapping[str, str], agent_image: str) -> ResolvedImage:
+    """The driver manager's image: ``<driver>.manager``, else ``DRIVER_MANAGER_IMAGE``, else ours."""
+    section: Any = cfg.manager
+    source = ImageSource(
+        repository=getattr(section, "repository", None),
+        image=getattr(section, "image", None),
+        version=getattr(section, "version", None),
+    )
+    return resolve_image(
+        source,
+        field=f"{cfg.field}.manager",
+        env_var="DRIVER_MANAGER_IMAGE",
+        image_env=image_env,
+        agent_image=agent_image,
     )

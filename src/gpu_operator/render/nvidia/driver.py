@@ -19,7 +19,7 @@ from typing import Any
 
 from gpu_operator.names.keys import IMPLEMENTATION
 from gpu_operator.render.context import RenderContext
-from gpu_operator.render.driverconfig import DriverConfig
+from gpu_operator.render.driverconfig import MANAGER_DEFAULTS, DriverConfig, manager_image
 from gpu_operator.render.images import ImageSource, ResolvedImage, resolve_image
 from gpu_operator.render.meta import JSON, config_map, content_hash
 from gpu_operator.render.nvidia.common import BIDI, H2C, HOST_ROOT, nv_container, nv_security, pull_policy, section_env
@@ -328,28 +328,12 @@ def _anti_affinity(classic: bool) -> JSON:
 def nvidia_manager(ctx: RenderContext, cfg: DriverConfig, volumes: Volumes, shared: list[JSON]) -> JSON:
     """NVIDIA's ``k8s-driver-manager`` init: evicts GPU pods and unloads the old driver (§3.1)."""
     section: Any = cfg.manager
-    source = ImageSource(
-        repository=getattr(section, "repository", None),
-        image=getattr(section, "image", None),
-        version=getattr(section, "version", None),
-    )
-    image = resolve_image(
-        source,
-        field=f"{cfg.field}.manager",
-        env_var="DRIVER_MANAGER_IMAGE",
-        image_env=ctx.settings.image_env,
-        agent_image=ctx.settings.agent_image,
-    )
+    image = manager_image(cfg, image_env=ctx.settings.image_env, agent_image=ctx.settings.agent_image)
     base = [
         field_env("NODE_NAME", "spec.nodeName"),
         field_env("OPERATOR_NAMESPACE", "metadata.namespace"),
         env("NVIDIA_VISIBLE_DEVICES", "void"),
-        env("ENABLE_GPU_POD_EVICTION", "true"),
-        env("ENABLE_AUTO_DRAIN", "false"),
-        env("DRAIN_USE_FORCE", "false"),
-        env("DRAIN_POD_SELECTOR_LABEL", ""),
-        env("DRAIN_TIMEOUT_SECONDS", "0s"),
-        env("DRAIN_DELETE_EMPTYDIR_DATA", "false"),
+        *(env(k, v) for k, v in MANAGER_DEFAULTS),
     ]
     if cfg.rdma:
         base.append(env("GPU_DIRECT_RDMA_ENABLED", "true"))
