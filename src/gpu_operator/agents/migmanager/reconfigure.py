@@ -152,13 +152,15 @@ class Reconfigure:
         self.options, self.sleep, self.clock, self.name = options, sleep, clock, name
 
     async def _state(self, state: str, reason: str = "") -> None:
-        await self.node.patch_labels({STATE_LABEL: state})
+        # The reason first: whoever sees the state label (the operator, a test, kubectl) finds the
+        # reason that goes with it, never the previous one or none.
         if self.cluster is not None:
             await self.cluster.patch_node(annotations={REASON_ANNOTATION: reason or None})
-            if state in ("failed", "success"):
-                await self.cluster.event(
-                    reason=f"MigConfig{state.capitalize()}", message=reason or state, warning=state == "failed"
-                )
+        await self.node.patch_labels({STATE_LABEL: state})
+        if self.cluster is not None and state in ("failed", "success"):
+            await self.cluster.event(
+                reason=f"MigConfig{state.capitalize()}", message=reason or state, warning=state == "failed"
+            )
 
     async def run(self, *, name: str, configs: Mapping[str, Sequence[Entry]]) -> Outcome:
         try:
