@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy, ClusterPolicySpec
-from gpu_operator.api.components import Component
+from gpu_operator.api.components import PodComponent
 from gpu_operator.api.validation import load_file, validate_document
 from gpu_operator.cli.render import render_text
 from gpu_operator.render import OperatorSettings, facts_from_nodes
@@ -28,7 +28,7 @@ def _component_sections() -> set[str]:
     out = set()
     for attr, info in ClusterPolicySpec.model_fields.items():
         for arg in getattr(info.annotation, "__args__", (info.annotation,)):
-            if isinstance(arg, type) and issubclass(arg, Component):
+            if isinstance(arg, type) and issubclass(arg, PodComponent):
                 out.add(info.alias or attr)
     return out
 

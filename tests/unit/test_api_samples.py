@@ -9,6 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from gpu_operator.api import clusterpolicy as cp
+from gpu_operator.api import telemetry
 from gpu_operator.api.clusterpolicy import ClusterPolicy, ClusterPolicySpec
 from gpu_operator.api.nvidiadriver import NVIDIADriver, NVIDIADriverSpec
 from gpu_operator.api.validation import load_file, to_manifest, validate_document
@@ -96,7 +97,7 @@ def test_minimal_policy_gets_reference_defaults() -> None:
     assert spec["driver"] == {"kernelModuleType": "auto"}
     assert spec["toolkit"] == {"installDir": "/usr/local/nvidia"}
     assert spec["devicePlugin"] == {"mps": {"root": "/run/nvidia/mps"}}
-    assert spec["cdi"] == {"enabled": True, "nriPluginEnabled": False}
+    assert spec["cdi"] == {"enabled": True, "default": False, "nriPluginEnabled": False}
     assert spec["sandboxWorkloads"] == {"defaultWorkload": "container", "mode": "kubevirt"}
     assert spec["hostPaths"] == {"kubeletRootDir": "/var/lib/kubelet"}
     for section in (
@@ -143,7 +144,6 @@ def test_upgrade_policy_defaults_when_present() -> None:
         "drain": {
             "enable": False,
             "force": False,
-            "podSelector": "",
             "timeoutSeconds": 300,
             "deleteEmptyDir": False,
         },
@@ -164,7 +164,7 @@ def test_upstream_spellings_are_kept() -> None:
     assert "useNvidiaDriverCRD" in _aliases(cp.DriverSpec)
     assert "rootFS" in _aliases(cp.HostPathsSpec)
     assert "vfioPCI" in _aliases(cp.ValidatorSpec)
-    assert {"hostPID", "enablePodUID"} <= set(_aliases(cp.DCGMExporterSpec))
+    assert {"hostPID", "enablePodUID"} <= set(_aliases(telemetry.DCGMExporterSpec))
 
 
 def test_round_trip_keeps_unknown_metadata(tmp_path: Path) -> None:

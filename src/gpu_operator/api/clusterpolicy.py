@@ -17,7 +17,6 @@ from gpu_operator.api.base import (
     ApiModel,
     Condition,
     EnvVar,
-    FreeForm,
     ObjectMeta,
     Rule,
     Toleration,
@@ -32,8 +31,26 @@ from gpu_operator.api.components import (
     DriverUpgradeStatus,
     ImageRef,
     NamedConfig,
+    PodComponent,
     Probe,
     Rdma,
+    SidecarComponent,
+)
+from gpu_operator.api.corev1 import PodSecurityContext
+from gpu_operator.api.sandbox import (
+    CCManagerSpec,
+    KataManagerSpec,
+    SandboxDevicePluginSpec,
+    SandboxWorkloadsSpec,
+    VFIOManagerSpec,
+    VGPUDeviceManagerSpec,
+    VGPUManagerSpec,
+)
+from gpu_operator.api.telemetry import (
+    DCGMExporterSpec,
+    DCGMSpec,
+    NodeStatusExporterSpec,
+    ServiceMonitorSpec,
 )
 
 GROUP = "nvidia.com"
@@ -44,7 +61,9 @@ KIND = "ClusterPolicy"
 class OperatorMetrics(ApiModel):
     """Operator metrics settings."""
 
-    service_monitor: bool | None = opt(description="Create a ServiceMonitor for the operator's metrics.")
+    service_monitor: ServiceMonitorSpec | None = opt(
+        description="A ServiceMonitor for the operator's metrics (created by default when the CRD is served)."
+    )
 
 
 class OperatorSpec(ApiModel):
@@ -84,7 +103,7 @@ class DaemonsetsSpec(ApiModel):
         description="Update strategy of operand DaemonSets (the driver's is OnDelete).",
     )
     rolling_update: RollingUpdate | None = opt(description="Rolling-update settings.")
-    pod_security_context: FreeForm | None = opt(description="Pod security context (core/v1) of operand pods.")
+    pod_security_context: PodSecurityContext | None = opt(description="Pod security context of operand pods.")
 
 
 class RepoConfig(ApiModel):
@@ -157,51 +176,6 @@ class DevicePluginSpec(Component):
     mps: MpsSpec = section(MpsSpec, description="MPS settings.")
 
 
-class DCGMSpec(Component):
-    """The standalone DCGM host engine operand."""
-
-    host_port: int | None = opt(description="Deprecated host port of the host engine.", ge=0, le=65535)
-
-
-class ServiceMonitorSpec(ApiModel):
-    """A Prometheus Operator ServiceMonitor for an operand's metrics."""
-
-    enabled: bool | None = opt(description="Create the ServiceMonitor (default false).")
-    interval: str | None = opt(description="Scrape interval, e.g. 15s.", pattern=r"^([0-9]+(ms|s|m|h))+$")
-    scrape_timeout: str | None = opt(description="Scrape timeout, e.g. 10s.", pattern=r"^([0-9]+(ms|s|m|h))+$")
-    honor_labels: bool | None = opt(description="Keep the exporter's labels on conflicts.")
-    additional_labels: dict[str, str] | None = opt(description="Labels added to the ServiceMonitor.")
-    relabelings: list[FreeForm] | None = opt(description="Prometheus relabel configs.")
-
-
-class ServiceSpec(ApiModel):
-    """The metrics Service of an operand."""
-
-    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] | None = opt(description="Service type.")
-    internal_traffic_policy: Literal["Cluster", "Local"] | None = opt(description="Internal traffic policy.")
-
-
-class HpcJobMapping(ApiModel):
-    """HPC job attribution of GPU metrics."""
-
-    enabled: bool | None = opt(description="Attribute metrics to HPC jobs.")
-    directory: str | None = opt(description="Directory of the job mapping files.")
-
-
-class DCGMExporterSpec(Component):
-    """The DCGM-compatible metrics exporter operand."""
-
-    annotations: dict[str, str] | None = opt(description="Annotations of the exporter pods.")
-    config: ConfigMapRef | None = opt(description="ConfigMap with dcgm-metrics.csv.")
-    service_monitor: ServiceMonitorSpec | None = opt(description="ServiceMonitor settings.")
-    service: ServiceSpec | None = opt(description="Service settings.")
-    host_pid: bool | None = opt(alias="hostPID", description="Run in the host PID namespace.")
-    hpc_job_mapping: HpcJobMapping | None = opt(description="HPC job attribution.")
-    enable_pod_labels: bool | None = opt(description="Add pod labels to metrics.")
-    enable_pod_uid: bool | None = opt(alias="enablePodUID", description="Add pod UIDs to metrics.")
-    pod_label_allowlist_regex: list[str] | None = opt(description="Pod labels allowed on metrics (regexes).")
-
-
 class GPUFeatureDiscoverySpec(Component):
     """The GPU feature discovery operand."""
 
@@ -228,17 +202,13 @@ class MIGManagerSpec(Component):
     gpu_clients_config: ConfigMapRef | None = opt(description="ConfigMap with clients.yaml.")
 
 
-class NodeStatusExporterSpec(Component):
-    """The node status exporter operand."""
-
-
 class EnvOnly(ApiModel):
     """Environment of one validator component."""
 
     env: list[EnvVar] | None = opt(description="Environment variables.")
 
 
-class ValidatorSpec(Component):
+class ValidatorSpec(PodComponent):
     """The validator chain."""
 
     plugin: EnvOnly | None = opt(description="Device plugin validation.")
@@ -260,60 +230,8 @@ class CDISpec(ApiModel):
     """Container Device Interface settings."""
 
     enabled: bool = Field(default=True, description="Use CDI to inject GPUs into containers.")
-    default: bool | None = opt(description="Deprecated: CDI is the default mode when enabled.")
+    default: bool = Field(default=False, description="Deprecated: CDI is the default mode when enabled.")
     nri_plugin_enabled: bool = Field(default=False, description="Inject devices with the NRI plugin.")
-
-
-class SandboxWorkloadsSpec(ApiModel):
-    """GPU passthrough and vGPU for virtual machines."""
-
-    enabled: bool | None = opt(description="Support sandboxed (VM) workloads (default false).")
-    default_workload: Literal["container", "vm-passthrough", "vm-vgpu"] = Field(
-        default="container", description="Workload type of nodes without nvidia.com/gpu.workload.config."
-    )
-    mode: Literal["kubevirt", "kata"] = Field(default="kubevirt", description="Sandbox runtime.")
-
-
-class VGPUManagerSpec(Component):
-    """The vGPU host manager operand."""
-
-    driver_manager: DriverManager | None = opt(description="The driver manager init step.")
-    kernel_module_config: ConfigMapRef | None = opt(description="ConfigMap of kernel module parameters.")
-
-
-class VGPUDeviceManagerConfig(ApiModel):
-    """vGPU device configurations."""
-
-    name: str | None = opt(description="ConfigMap of vGPU device configurations.")
-    default: str = Field(default="default", description="Configuration applied to nodes that ask for none.")
-
-
-class VGPUDeviceManagerSpec(Component):
-    """The vGPU device manager operand."""
-
-    config: VGPUDeviceManagerConfig | None = opt(description="vGPU device configurations.")
-
-
-class VFIOManagerSpec(Component):
-    """The vfio-pci manager operand."""
-
-    driver_manager: DriverManager | None = opt(description="The driver manager init step.")
-
-
-class SandboxDevicePluginSpec(Component):
-    """A device plugin for sandboxed workloads."""
-
-
-class KataManagerSpec(Component):
-    """Deprecated and ignored: kept so existing manifests still parse."""
-
-    config: FreeForm | None = opt(description="Deprecated configuration, ignored.")
-
-
-class CCManagerSpec(Component):
-    """The confidential-computing manager operand."""
-
-    default_mode: Literal["on", "off", "devtools"] | None = opt(description="Confidential computing mode.")
 
 
 class HostPathsSpec(ApiModel):
@@ -324,11 +242,11 @@ class HostPathsSpec(ApiModel):
     kubelet_root_dir: str = Field(default="/var/lib/kubelet", description="The kubelet's root directory.")
 
 
-class GPUDirectStorageSpec(Component):
+class GPUDirectStorageSpec(SidecarComponent):
     """GPUDirect Storage (nvidia-fs sidecar of the driver)."""
 
 
-class GDRCopySpec(Component):
+class GDRCopySpec(SidecarComponent):
     """GDRCopy (gdrdrv sidecar of the driver)."""
 
 

@@ -69,17 +69,33 @@ class ImageRef(ApiModel):
     )
 
 
-class Component(ImageRef):
-    """The fields shared by most operand sections."""
+class ContainerComponent(ImageRef):
+    """The fields of every operand section: its image, extra args and env, and which side runs it."""
 
-    enabled: bool | None = opt(description="Deploy this operand (each section documents its default).")
-    resources: ResourceRequirements | None = opt(description="Resource limits and requests.")
     args: list[str] | None = opt(description="Extra arguments for the operand's main container.")
     env: list[EnvVar] | None = opt(description="Extra environment variables for the operand's main container.")
+    implementation: Implementation | None = opt(description=IMPLEMENTATION_HELP)
+
+
+class SidecarComponent(ContainerComponent):
+    """A container added to another operand's pods (the driver's GDS and GDRCopy side-cars)."""
+
+    enabled: bool | None = opt(description="Add this side-car (default false).")
+
+
+class PodComponent(ContainerComponent):
+    """An operand with pods of its own, always deployed (the validator)."""
+
+    resources: ResourceRequirements | None = opt(description="Resource limits and requests.")
     host_network: bool | None = opt(
         description="Run the operand's pods in the host network (with ClusterFirstWithHostNet DNS)."
     )
-    implementation: Implementation | None = opt(description=IMPLEMENTATION_HELP)
+
+
+class Component(PodComponent):
+    """The fields shared by most operand sections: an operand DaemonSet that can be turned off."""
+
+    enabled: bool | None = opt(description="Deploy this operand (each section documents its default).")
 
 
 class ConfigMapRef(ApiModel):
@@ -123,7 +139,7 @@ class PodDeletion(ApiModel):
 class WaitForCompletion(ApiModel):
     """Jobs to let finish on a node before upgrading its driver."""
 
-    pod_selector: str = Field(default="", description="Label selector of the pods to wait for.")
+    pod_selector: str | None = opt(description="Label selector of the pods to wait for.")
     timeout_seconds: int = Field(default=0, ge=0, description="How long to wait (0 = forever).")
 
 
@@ -132,7 +148,7 @@ class Drain(ApiModel):
 
     enable: bool = Field(default=False, description="Drain the node after deleting GPU pods.")
     force: bool = Field(default=False, description="Also evict pods not managed by a controller.")
-    pod_selector: str = Field(default="", description="Label selector limiting which pods are drained.")
+    pod_selector: str | None = opt(description="Label selector limiting which pods are drained.")
     timeout_seconds: int = Field(default=300, ge=0, description="How long to wait for the drain (0 = forever).")
     delete_empty_dir: bool = Field(default=False, description="Also evict pods using emptyDir volumes.")
 

@@ -16,7 +16,6 @@ from gpu_operator.api.base import (
     Condition,
     EnvVar,
     FieldRule,
-    FreeForm,
     ObjectMeta,
     PullPolicy,
     ResourceRequirements,
@@ -34,6 +33,7 @@ from gpu_operator.api.components import (
     Probe,
     Rdma,
 )
+from gpu_operator.api.corev1 import NodeAffinity, PodSecurityContext
 from gpu_operator.names import keys
 
 OWNER_LABEL = keys.DRIVER_OWNER
@@ -65,7 +65,7 @@ class DriverLicensingConfig(ApiModel):
 
     secret_name: str | None = opt(description="Secret with gridd.conf and the NLS client token.")
     name: str | None = opt(description="Deprecated: ConfigMap with gridd.conf; use secretName.")
-    nls_enabled: bool = Field(default=True, description="Use NVIDIA License System.")
+    nls_enabled: bool | None = opt(description="Use NVIDIA License System (default true).")
 
 
 def _default_has_no_selector(spec: NVIDIADriverSpec) -> bool:
@@ -145,12 +145,12 @@ class NVIDIADriverSpec(ApiModel):
     secret_env: str | None = opt(description="Secret exposed to the driver container as environment.")
     upgrade_policy: NVIDIADriverUpgradePolicy | None = opt(description="Rolling driver-upgrade policy.")
     node_selector: dict[str, str] | None = opt(description="Labels of the nodes this driver applies to.")
-    node_affinity: FreeForm | None = opt(description="Node affinity (core/v1) of driver pods.")
+    node_affinity: NodeAffinity | None = opt(description="Node affinity of driver pods.")
     labels: dict[str, str] | None = opt(description="Labels of driver pods.")
     annotations: dict[str, str] | None = opt(description="Annotations of driver pods.")
     tolerations: list[Toleration] | None = opt(description="Tolerations of driver pods.")
     priority_class_name: str | None = opt(description="PriorityClass of driver pods.")
-    pod_security_context: FreeForm | None = opt(description="Pod security context of driver pods.")
+    pod_security_context: PodSecurityContext | None = opt(description="Pod security context of driver pods.")
     host_network: bool | None = opt(description="Run driver pods in the host network.")
 
 

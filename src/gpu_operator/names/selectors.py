@@ -82,9 +82,9 @@ def _split(text: str) -> list[str]:
     return [p.strip() for p in parts]
 
 
-def parse_selector(text: str, *, field: str) -> Selector | None:
-    """The selector of a string; None for an empty string (the policy names no pods)."""
-    if not text.strip():
+def parse_selector(text: str | None, *, field: str) -> Selector | None:
+    """The selector of a string; None for an absent or empty string (the policy names no pods)."""
+    if text is None or not text.strip():
         return None
     requirements = []
     for part in _split(text):

@@ -17,6 +17,7 @@ from typing import Any
 from gpu_operator.api.base import EnvVar, ResourceRequirements, Toleration
 from gpu_operator.api.clusterpolicy import ClusterPolicySpec
 from gpu_operator.api.components import DriverManager, Probe
+from gpu_operator.api.corev1 import to_pod_field
 from gpu_operator.api.nvidiadriver import NVIDIADriver
 from gpu_operator.render.images import ImageSource, ResolvedImage, resolve_image
 from gpu_operator.render.meta import JSON
@@ -183,7 +184,7 @@ def from_nvidiadriver(cr: NVIDIADriver) -> DriverConfig:
         repo_config=s.repo_config.name if s.repo_config else None,
         cert_config=s.cert_config.name if s.cert_config else None,
         licensing_secret=licensing.secret_name if licensing else None,
-        nls_enabled=bool(licensing.nls_enabled) if licensing else True,
+        nls_enabled=licensing.nls_enabled is not False if licensing else True,
         kernel_module_config=s.kernel_module_config.name if s.kernel_module_config else None,
         virtual_topology=s.virtual_topology_config.name if s.virtual_topology_config else None,
         secret_env=s.secret_env,
@@ -195,8 +196,8 @@ def from_nvidiadriver(cr: NVIDIADriver) -> DriverConfig:
         annotations=s.annotations,
         tolerations=s.tolerations,
         priority_class_name=s.priority_class_name,
-        pod_security_context=s.pod_security_context,
-        node_affinity=s.node_affinity,
+        pod_security_context=to_pod_field(s.pod_security_context),
+        node_affinity=to_pod_field(s.node_affinity),
     )
 
 

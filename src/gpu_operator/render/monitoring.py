@@ -8,9 +8,9 @@ only when it adds pod labels or UIDs to metrics (then a ClusterRole to read pods
 
 from __future__ import annotations
 
-from typing import Any
-
+from gpu_operator.api.corev1 import to_pod_field
 from gpu_operator.api.defaults import is_enabled
+from gpu_operator.api.telemetry import ServiceMonitorSpec
 from gpu_operator.render.catalog import operand
 from gpu_operator.render.context import RenderContext
 from gpu_operator.render.meta import JSON, service, service_monitor
@@ -33,11 +33,29 @@ def _port(container: JSON, *, name: str, port: int, host_port: int | None = None
     container["ports"] = [entry]
 
 
-def _monitor(ctx: RenderContext, name: str, *, state: str, port_name: str, **kwargs: Any) -> list[JSON]:
+def _monitor(
+    ctx: RenderContext, name: str, *, state: str, port_name: str, settings: ServiceMonitorSpec | None = None
+) -> list[JSON]:
     if not ctx.facts.has_service_monitor_crd:
         return []
+    endpoint: JSON = {}
+    if settings is not None:
+        for key, value in (
+            ("interval", settings.interval),
+            ("scrapeTimeout", settings.scrape_timeout),
+            ("honorLabels", settings.honor_labels),
+            ("relabelings", [to_pod_field(r) for r in settings.relabelings] if settings.relabelings else None),
+        ):
+            if value is not None:
+                endpoint[key] = value
     obj = service_monitor(
-        name, state=state, namespace=ctx.namespace, selector={"app": name}, port_name=port_name, **kwargs
+        name,
+        state=state,
+        namespace=ctx.namespace,
+        selector={"app": name},
+        port_name=port_name,
+        endpoint=endpoint,
+        labels=settings.additional_labels if settings else None,
     )
     return [obj]
 
@@ -53,9 +71,10 @@ def render_operator_metrics(ctx: RenderContext) -> list[JSON]:
         port_name="gpu-operator-metrics",
     )
     out = [svc]
-    metrics = ctx.spec.operator.metrics
-    if metrics is None or metrics.service_monitor is not False:
-        out += _monitor(ctx, "gpu-operator", state=state, port_name="gpu-operator-metrics")
+    # Ours: the operator's own ServiceMonitor is on unless `enabled: false` (whenever the CRD is served).
+    settings = ctx.spec.operator.metrics.service_monitor if ctx.spec.operator.metrics else None
+    if settings is None or settings.enabled is not False:
+        out += _monitor(ctx, "gpu-operator", state=state, port_name="gpu-operator-metrics", settings=settings)
     return out
 
 
@@ -149,23 +168,7 @@ def render_exporter(ctx: RenderContext) -> list[JSON]:
     ]
     monitor = spec.service_monitor
     if monitor is not None and monitor.enabled:
-        endpoint: JSON = {}
-        for key, value in (
-            ("interval", monitor.interval),
-            ("scrapeTimeout", monitor.scrape_timeout),
-            ("honorLabels", monitor.honor_labels),
-            ("relabelings", monitor.relabelings),
-        ):
-            if value is not None:
-                endpoint[key] = value
-        out += _monitor(
-            ctx,
-            op.daemonset,
-            state=op.state,
-            port_name="gpu-metrics",
-            endpoint=endpoint,
-            labels=monitor.additional_labels,
-        )
+        out += _monitor(ctx, op.daemonset, state=op.state, port_name="gpu-metrics", settings=monitor)
     return out
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from gpu_operator.api.base import EnvVar
+from gpu_operator.api.corev1 import to_pod_field
 from gpu_operator.names.keys import IMPLEMENTATION
 from gpu_operator.render.catalog import READY_FILE, Operand
 from gpu_operator.render.context import RenderContext, section_of
@@ -258,8 +259,8 @@ def daemonset(
     runtime_class = ctx.runtime_class() if op.gpu_access else None
     if runtime_class:
         spec["runtimeClassName"] = runtime_class
-    if sets.pod_security_context:
-        spec["securityContext"] = dict(sets.pod_security_context)
+    if context := to_pod_field(sets.pod_security_context):
+        spec["securityContext"] = context
     spec.update(pod)
     host_network(spec, _section_host_network(ctx, op) if host_net == "section" else host_net)
     spec.update(overrides or {})

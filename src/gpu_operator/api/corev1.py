@@ -1,0 +1,110 @@
+"""Typed core/v1 pod settings the CRDs accept: pod security context and node affinity.
+
+Upstream's CRDs embed the Kubernetes types, so the API server checks every nested field; modelling
+them here (instead of a free-form object) gives the same schema in our CRDs and the same errors
+offline. Renderers pass them to pod templates with :func:`to_pod_field`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from gpu_operator.api.base import ApiModel, opt
+
+
+class SELinuxOptions(ApiModel):
+    """SELinux labels applied to the pod's containers."""
+
+    level: str | None = opt(description="SELinux level label.")
+    role: str | None = opt(description="SELinux role label.")
+    type: str | None = opt(description="SELinux type label.")
+    user: str | None = opt(description="SELinux user label.")
+
+
+class Profile(ApiModel):
+    """A seccomp or AppArmor profile: a type and, for Localhost, the profile's path or name."""
+
+    type: str = Field(description="RuntimeDefault, Unconfined or Localhost.")
+    localhost_profile: str | None = opt(description="The profile on the node, for type Localhost.")
+
+
+class Sysctl(ApiModel):
+    """A namespaced kernel parameter set for the pod."""
+
+    name: str = Field(description="Name of the sysctl.")
+    value: str = Field(description="Value of the sysctl.")
+
+
+class WindowsOptions(ApiModel):
+    """Windows-specific security settings."""
+
+    gmsa_credential_spec: str | None = opt(description="GMSA credential spec contents.")
+    gmsa_credential_spec_name: str | None = opt(description="Name of the GMSA credential spec.")
+    host_process: bool | None = opt(description="Run as a host process container.")
+    run_as_user_name: str | None = opt(description="User name the entrypoint runs as.")
+
+
+class PodSecurityContext(ApiModel):
+    """Pod-level security attributes (core/v1 PodSecurityContext)."""
+
+    app_armor_profile: Profile | None = opt(description="AppArmor profile of the containers.")
+    fs_group: int | None = opt(description="Group that owns mounted volumes.")
+    fs_group_change_policy: str | None = opt(description="OnRootMismatch or Always.")
+    run_as_group: int | None = opt(description="GID the entrypoints run as.")
+    run_as_non_root: bool | None = opt(description="Refuse to start containers that run as root.")
+    run_as_user: int | None = opt(description="UID the entrypoints run as.")
+    se_linux_change_policy: str | None = opt(description="MountOption or Recursive.")
+    se_linux_options: SELinuxOptions | None = opt(description="SELinux context of the containers.")
+    seccomp_profile: Profile | None = opt(description="Seccomp profile of the containers.")
+    supplemental_groups: list[int] | None = opt(description="Extra GIDs of the first process.")
+    supplemental_groups_policy: str | None = opt(description="Merge or Strict.")
+    sysctls: list[Sysctl] | None = opt(description="Namespaced sysctls of the pod.")
+    windows_options: WindowsOptions | None = opt(description="Windows-specific settings.")
+
+
+class NodeSelectorRequirement(ApiModel):
+    """A key, an operator and values that a node label or field must satisfy."""
+
+    key: str = Field(description="Label key or field name.")
+    operator: str = Field(description="In, NotIn, Exists, DoesNotExist, Gt or Lt.")
+    values: list[str] | None = opt(description="Values for In/NotIn (one integer for Gt/Lt).")
+
+
+class NodeSelectorTerm(ApiModel):
+    """Requirements that are ANDed; terms are ORed."""
+
+    match_expressions: list[NodeSelectorRequirement] | None = opt(description="Requirements on node labels.")
+    match_fields: list[NodeSelectorRequirement] | None = opt(description="Requirements on node fields.")
+
+
+class NodeSelector(ApiModel):
+    """Node selector terms, any of which may match."""
+
+    node_selector_terms: list[NodeSelectorTerm] = Field(description="Terms, ORed.")
+
+
+class PreferredSchedulingTerm(ApiModel):
+    """A weighted preference for nodes matching a term."""
+
+    preference: NodeSelectorTerm = Field(description="The term nodes should match.")
+    weight: int = Field(description="Weight 1-100 added to matching nodes' score.")
+
+
+class NodeAffinity(ApiModel):
+    """Node affinity scheduling rules (core/v1 NodeAffinity)."""
+
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] | None = opt(
+        description="Preferences the scheduler weighs."
+    )
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = opt(
+        description="Requirements a node must meet to run the pod."
+    )
+
+
+def to_pod_field(model: ApiModel | None) -> dict[str, Any] | None:
+    """The JSON form of ``model`` for a pod template (unset fields left out), or None."""
+    if model is None:
+        return None
+    return model.model_dump(by_alias=True, exclude_none=True)
