@@ -1,5 +1,6 @@
-"""Regenerate the Helm chart's generated files: the CRDs (copied from deploy/crds) and the operator's
-RBAC template (from src/gpu_operator/render/rbac.py).
+"""Regenerate the generated files: the chart's CRDs (copied from deploy/crds), the operator's RBAC
+template (from src/gpu_operator/render/rbac.py) and the configuration reference (docs/reference/
+clusterpolicy.md and nvidiadriver.md, from the CRDs).
 
 Run after `gpu-operator crds --output-dir deploy/crds` (``make generate`` does both). With ``--check``
 nothing is written and the exit status is 1 when a file would change (the golden tests check the
@@ -12,17 +13,40 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+
+from gpu_operator.api.fieldpaths import parse_facts, spec_fields
 from gpu_operator.render.chart import rbac_template
+from gpu_operator.render.reference import DRIVER_OWNERS, POLICY_OWNERS, reference_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "deploy" / "crds"
 CHART = REPO / "deploy" / "helm" / "gpu-operator"
+DOCS = REPO / "docs" / "reference"
+UPSTREAM = REPO / "tests" / "data" / "upstream"
+#: Reference page -> (kind, CRD file, upstream facts file, owners of its fields).
+REFERENCES = {
+    "clusterpolicy.md": ("ClusterPolicy", "nvidia.com_clusterpolicies.yaml", "clusterpolicy", POLICY_OWNERS),
+    "nvidiadriver.md": ("NVIDIADriver", "nvidia.com_nvidiadrivers.yaml", "nvidiadriver", DRIVER_OWNERS),
+}
+
+
+def reference_pages() -> dict[Path, str]:
+    """The configuration reference pages, from the generated CRDs and upstream's facts files."""
+    pages = {}
+    for page, (kind, crd_file, facts, owners) in REFERENCES.items():
+        crd = yaml.safe_load((CRDS / crd_file).read_text(encoding="utf-8"))
+        facts_path = UPSTREAM / f"{facts}-v26.7.fields.tsv"
+        upstream = frozenset(parse_facts(facts_path.read_text(encoding="utf-8"), source=str(facts_path)))
+        pages[DOCS / page] = reference_markdown(kind=kind, fields=spec_fields(crd), upstream=upstream, owners=owners)
+    return pages
 
 
 def expected_files() -> dict[Path, str]:
     """Every generated chart file and its content."""
     files = {CHART / "crds" / crd.name: crd.read_text(encoding="utf-8") for crd in sorted(CRDS.glob("*.yaml"))}
     files[CHART / "templates" / "rbac.yaml"] = rbac_template()
+    files.update(reference_pages())
     return files
 
 

@@ -29,7 +29,7 @@ GENERATOR = _generator()
 FILES: dict[Path, str] = GENERATOR.expected_files()
 
 
-@pytest.mark.parametrize("path", sorted(FILES), ids=[str(p.relative_to(CHART)) for p in sorted(FILES)])
+@pytest.mark.parametrize("path", sorted(FILES), ids=[str(p.relative_to(REPO)) for p in sorted(FILES)])
 def test_generated_chart_file_is_current(path: Path) -> None:
     assert path.exists(), f"{path} is missing: run `make generate`"
     assert path.read_text(encoding="utf-8") == FILES[path], f"{path.name} drifted: run `make generate`"
