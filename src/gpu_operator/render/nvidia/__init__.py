@@ -1,0 +1,7 @@
+"""NVIDIA's operand contracts: pod bodies for NVIDIA's own images, as NVIDIA's operator runs them.
+
+Chosen per section by ``render.implementations``. ``common`` holds the shared container and volume
+helpers; ``driver`` the driver (ClusterPolicy and NVIDIADriver paths); ``setup`` the toolkit,
+validator, device plugin and MPS control daemon; ``telemetry`` DCGM, the exporter, GFD, the MIG
+manager and the node status exporter; ``runtime`` the toolkit's container-runtime mounts.
+"""
