@@ -1,5 +1,5 @@
 """Regenerate the generated files: the chart's CRDs (copied from deploy/crds), the operator's RBAC
-template (from src/gpu_operator/render/rbac.py) and the configuration reference (docs/reference/
+template (from src/gpu_operator/render/rbac.py), the CRD hook Jobs' rules (render/chart.py) and the configuration reference (docs/reference/
 clusterpolicy.md and nvidiadriver.md, from the CRDs).
 
 Run after `gpu-operator crds --output-dir deploy/crds` (``make generate`` does both). With ``--check``
@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from gpu_operator.api.fieldpaths import parse_facts, spec_fields
-from gpu_operator.render.chart import rbac_template
+from gpu_operator.render.chart import crd_hook_rules_template, rbac_template
 from gpu_operator.render.reference import DRIVER_OWNERS, POLICY_OWNERS, reference_markdown
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +46,7 @@ def expected_files() -> dict[Path, str]:
     """Every generated chart file and its content."""
     files = {CHART / "crds" / crd.name: crd.read_text(encoding="utf-8") for crd in sorted(CRDS.glob("*.yaml"))}
     files[CHART / "templates" / "rbac.yaml"] = rbac_template()
+    files[CHART / "templates" / "_crd-hook-rules.tpl"] = crd_hook_rules_template()
     files.update(reference_pages())
     return files
 

@@ -5,7 +5,9 @@ and pod subnet) join the local control plane with the product image imported. Po
 other and are reached from the host; `helm install` runs the operator as a real container under the
 chart's RBAC, its pod admitted under the "restricted" Pod Security profile, with its probes;
 `kubectl logs` and `kubectl exec` work; the container killed with containerd's own `ctr` comes back
-and takes the leader Lease; `helm uninstall` leaves nothing of the chart or the operator behind.
+and takes the leader Lease; `helm upgrade` runs the CRD hook Job in the image and it applies the CRDs;
+`helm uninstall` runs the cleanup hook, which deletes them, and leaves nothing of the chart or the
+operator behind.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import pytest
 import yaml
 from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
@@ -43,6 +47,8 @@ from tests.e2e.conftest import ProductImage
 JSON = dict[str, Any]
 CHART = REPO / "deploy" / "helm" / "gpu-operator"
 #: The chart's ClusterPolicy with every GPU operand off: these nodes have no GPU (issue 2/10 adds one).
+#: A field of today's ClusterPolicy schema; removed, the CRD stands for an older version's.
+HOOK_FIELD = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/kataManager/properties/config"
 NO_GPU_OPERANDS = {
     key: {"enabled": False}
     for key in (
@@ -266,7 +272,20 @@ def test_chart_runs_the_operator_as_a_real_container(
     assert new_holder != first_holder
     wait_for(lambda: policy_state(kube) == "ready", timeout=60, describe="the policy ready after the restart")
 
+    # The CRD hook Jobs run the image for real. An older version's CRD (a field of today's schema
+    # removed) is what `helm upgrade` meets; its pre-upgrade hook applies the new CRDs. With cleanupCRD,
+    # the pre-delete hook of the uninstall deletes them, the policy with them.
+    removed = [{"op": "remove", "path": HOOK_FIELD}]
+    real_cluster.kubectl("patch", "crd", "clusterpolicies.nvidia.com", "--type=json", "-p", json.dumps(removed))
+    assert not _crd_has(kube, HOOK_FIELD)
+    real_cluster.helm("upgrade", release, str(CHART), "-n", namespace, "-f", str(values), "--set",
+                      "operator.cleanupCRD=true", "--wait", "--timeout", "120s", timeout=150)  # fmt: skip
+    assert _crd_has(kube, HOOK_FIELD)
+    assert not exists(kube, Job, "gpu-operator-upgrade-crd", namespace)  # succeeded, so Helm removed it
+
     real_cluster.helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "90s", timeout=120)
+    for crd in ("clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com"):
+        assert not exists(kube, CustomResourceDefinition, crd, None), crd
 
     def gone() -> bool:
         return (
@@ -289,3 +308,13 @@ def test_chart_runs_the_operator_as_a_real_container(
         assert all(k in (DISCOVERED, PRESENT, *host_os) or k.startswith(DEPLOY) for k in added), (name, added)
     assert labels_after["real-node-2"] == {**labels_before["real-node-2"], DISCOVERED: "false", **host_os}
     kube.delete(Namespace, namespace)
+
+
+def _crd_has(kube: Client, pointer: str) -> bool:
+    """Whether the ClusterPolicy CRD has the JSON-pointer ``pointer``."""
+    node: Any = kube.get(CustomResourceDefinition, "clusterpolicies.nvidia.com").to_dict()
+    for part in pointer.strip("/").split("/"):
+        node = node[int(part)] if isinstance(node, list) else node.get(part)
+        if node is None:
+            return False
+    return True

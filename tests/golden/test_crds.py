@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from gpu_operator.api.crd import crds
-from gpu_operator.cli.api_commands import render_crd_files
+from gpu_operator.cli.crds import render_crd_files
 from tests.conftest import REPO
 
 CRD_DIR = REPO / "deploy" / "crds"

@@ -20,10 +20,12 @@ import yaml
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.validation import validate_document
 from gpu_operator.cli.render import dump_manifests
+from gpu_operator.kube.crds import crd_names
 from gpu_operator.localcluster.binaries import BinariesNotFoundError, locate_binaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.tools import component_env
 from gpu_operator.render import ClusterFacts, OperatorSettings, render
+from gpu_operator.render.chart import crd_hook_rules
 from gpu_operator.render.rbac import operator_rules
 from tests.conftest import REPO
 
@@ -89,11 +91,15 @@ def test_lint_passes_offline(helm: Any, sets: tuple[str, ...]) -> None:
 
 
 def test_default_install_objects(helm: Any) -> None:
-    kinds = by_kind(template(helm, crds=True))
+    docs = template(helm, crds=True)
+    hooks = [d for d in docs if "helm.sh/hook" in (d["metadata"].get("annotations") or {})]
+    kinds = by_kind([d for d in docs if d not in hooks])
     assert sorted(kinds) == sorted([
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
         "Deployment", "ClusterPolicy",
     ])  # fmt: skip
+    # The pre-upgrade CRD hook (operator.upgradeCRD, on by default; test_helm_crd_hooks.py).
+    assert sorted(d["kind"] for d in hooks) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]
     crds = {c["metadata"]["name"]: c for c in kinds["CustomResourceDefinition"]}
     for path in (REPO / "deploy" / "crds").glob("*.yaml"):
         committed = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -366,3 +372,49 @@ def test_installed_rbac_denies_what_the_operator_must_not_do(local_cluster: Loca
     assert not _can(local_cluster, namespace, "delete", "nodes")
     assert not _can(local_cluster, namespace, "patch", "clusterroles/cluster-admin")
     assert not _can(local_cluster, namespace, "create", "customresourcedefinitions")
+
+
+def _hooks(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Hook objects by the hook that runs them (``pre-upgrade``, ``pre-delete``)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for doc in docs:
+        hook = (doc["metadata"].get("annotations") or {}).get("helm.sh/hook")
+        if hook:
+            out.setdefault(hook, []).append(doc)
+    return out
+
+
+def test_hooks_render_per_value(helm: Any) -> None:
+    assert sorted(_hooks(template(helm))) == ["pre-upgrade"]  # upgradeCRD defaults on, cleanupCRD off
+    assert _hooks(template(helm, "operator.upgradeCRD=false")) == {}
+    both = _hooks(template(helm, "operator.cleanupCRD=true"))
+    assert sorted(both) == ["pre-delete", "pre-upgrade"]
+    for hook, action in (("pre-upgrade", "apply"), ("pre-delete", "delete")):
+        kinds = by_kind(both[hook])
+        assert sorted(kinds) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]
+        (job,), (account,), (role,), (binding,) = (kinds[k] for k in ("Job", "ServiceAccount", "ClusterRole",
+                                                                      "ClusterRoleBinding"))  # fmt: skip
+        # RBAC first (weight 0), then the Job (weight 1); a failed Job stays for its log.
+        assert account["metadata"]["annotations"]["helm.sh/hook-weight"] == "0"
+        assert job["metadata"]["annotations"]["helm.sh/hook-weight"] == "1"
+        assert job["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        # Its own service account, bound to exactly the generated rules; never the operator's.
+        pod = job["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == account["metadata"]["name"] != "gpu-operator"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                        "namespace": "gpu-operator"}]  # fmt: skip
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert role["rules"] == [r.as_dict() for r in crd_hook_rules()[action]]
+        (container,) = pod["containers"]
+        assert container["command"] == ["gpu-operator", "crds", action]
+        assert container["image"] == "ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"
+        # The "restricted" Pod Security Standard, as the operator's own pod.
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert pod["restartPolicy"] == "OnFailure"
+    # Delete rights only with cleanupCRD, and only on the project's CRDs, by name.
+    (delete_rule,) = crd_hook_rules()["delete"]
+    assert delete_rule.names == tuple(crd_names())

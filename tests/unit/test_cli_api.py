@@ -52,3 +52,14 @@ def test_version_and_help() -> None:
     out = CliRunner().invoke(cli, ["--help"]).output
     for sub in ("crds", "validate", "cluster"):
         assert sub in out
+
+
+def test_crds_apply_and_delete_fail_clearly_without_a_cluster(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-kubeconfig"
+    for action in ("apply", "delete"):
+        result = CliRunner().invoke(cli, ["crds", action, "--kubeconfig", str(missing)])
+        assert result.exit_code == 1, result.output
+        # One line naming the action and the cause: a hook Job's log is all an administrator sees.
+        assert f"error: gpu-operator crds {action}: " in result.output
+        assert "no-such-kubeconfig" in result.output
+    assert CliRunner().invoke(cli, ["crds", "upgrade"]).exit_code == 2  # unknown subcommand: a usage error

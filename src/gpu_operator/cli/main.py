@@ -10,8 +10,9 @@ import click
 
 from gpu_operator import __version__
 from gpu_operator.cli.agent import agent_command
-from gpu_operator.cli.api_commands import crds_command, validate_command
+from gpu_operator.cli.api_commands import validate_command
 from gpu_operator.cli.cluster import cluster_group
+from gpu_operator.cli.crds import crds_command
 from gpu_operator.cli.demo import demo_command
 from gpu_operator.cli.operator import operator_command
 from gpu_operator.cli.render import render_command

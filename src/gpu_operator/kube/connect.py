@@ -27,9 +27,12 @@ def async_client(
     return AsyncClient(config=chosen, field_manager=field_manager)
 
 
-def sync_client(*, kubeconfig: str | Path | None = None, field_manager: str | None = None) -> Client:
-    """A blocking client (CLI reads, the demo): the kubeconfig file, else in-cluster or ``$KUBECONFIG``."""
-    chosen = _config(kubeconfig)
+def sync_client(
+    *, kubeconfig: str | Path | None = None, config: KubeConfig | None = None, field_manager: str | None = None
+) -> Client:
+    """A blocking client (CLI, the demo, hook Jobs): ``config``, else the kubeconfig file, else in-cluster
+    or ``$KUBECONFIG``."""
+    chosen = config or _config(kubeconfig)
     if chosen is None:
         return Client(field_manager=field_manager)
     return Client(config=chosen, field_manager=field_manager)

@@ -1,7 +1,10 @@
-"""Installs the project's CRDs on a cluster with server-side apply and waits until they are served.
+"""Installs (and removes) the project's CRDs on a cluster and waits until the API server agrees.
 
-Used by the demo, the integration tests and, later, the operator's start-up check. The manifests
-come from :func:`gpu_operator.api.crd.crds`, so what is installed is what the models declare.
+Installing is server-side apply, then waiting until each CRD is Established; removing is a delete, then
+waiting until each is gone. Used by the demo, the integration tests and the Helm chart's hook Jobs
+(``gpu-operator crds apply|delete``: Helm never upgrades ``crds/``, so the pre-upgrade hook applies the
+CRDs of the new version, and with ``operator.cleanupCRD`` the pre-delete hook removes them). The
+manifests come from :func:`gpu_operator.api.crd.crds`, so what is installed is what the models declare.
 """
 
 from __future__ import annotations
@@ -9,16 +12,28 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from lightkube import Client
+from lightkube import ApiError, Client
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.types import CascadeType
 
 from gpu_operator.api.crd import crds
+from gpu_operator.kube.api import ClusterPolicyResource, NVIDIADriverResource
 
 FIELD_MANAGER = "gpu-operator"
+NOT_FOUND = 404
+#: CRD -> the kind of its objects, deleted before the CRD (see :func:`delete_crds`).
+OBJECTS: dict[str, Any] = {
+    "clusterpolicies.nvidia.com": ClusterPolicyResource,
+    "nvidiadrivers.nvidia.com": NVIDIADriverResource,
+}
 
 
 class CRDNotEstablishedError(RuntimeError):
     """A CRD was applied but the API server did not report it Established in time."""
+
+
+class CRDNotDeletedError(RuntimeError):
+    """A CRD was deleted but the API server still had it when the time was up."""
 
 
 def _established(crd: CustomResourceDefinition) -> bool:
@@ -49,3 +64,85 @@ def install_crds(
             raise CRDNotEstablishedError(f"CRDs not Established after {timeout:.0f} s: {', '.join(pending)}")
         time.sleep(0.2)
     return names
+
+
+def crd_names(manifests: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """The names of the project's CRDs (``clusterpolicies.nvidia.com``, ...), in manifest order."""
+    return [str(body["metadata"]["name"]) for body in (manifests or crds()).values()]
+
+
+def delete_crds(*, client: Client, names: list[str] | None = None, timeout: float = 120.0) -> list[str]:
+    """Delete the project's objects, then its CRDs, and wait until the API server has removed them.
+
+    The ClusterPolicies and NVIDIADrivers go first, in the foreground, while their CRDs still exist: the
+    garbage collector deletes their operands (they carry ``blockOwnerDeletion``) before the objects go.
+    Deleting a CRD first would delete its objects without that -- the collector can no longer resolve
+    the owners' kind, so their DaemonSets, roles and bindings would stay behind. Waiting makes the caller
+    (Helm's pre-delete hook) return only once all is gone, while the operator still runs. A CRD already
+    gone counts as deleted. Returns the CRD names deleted; raises :class:`CRDNotDeletedError` naming
+    what is still present when the time is up.
+    """
+    pending = list(names or crd_names())
+    deadline = time.monotonic() + timeout
+    for name in pending:
+        kind = OBJECTS.get(name)
+        if kind is not None:
+            _delete_objects(client, kind=kind, crd=name, deadline=deadline, timeout=timeout)
+    deleted = []
+    for name in pending:
+        try:
+            client.delete(CustomResourceDefinition, name)
+        except ApiError as error:
+            if error.status.code != NOT_FOUND:
+                raise
+            continue
+        deleted.append(name)
+    while pending:
+        pending = [n for n in pending if _present(client, n)]
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            raise CRDNotDeletedError(f"CRDs still present after {timeout:.0f} s: {', '.join(pending)}")
+        time.sleep(0.2)
+    return deleted
+
+
+def _delete_objects(client: Client, *, kind: Any, crd: str, deadline: float, timeout: float) -> None:
+    """Delete every object of ``kind`` in the foreground and wait until none is left."""
+    try:
+        objects = [str(o.metadata.name) for o in client.list(kind)]
+    except ApiError as error:
+        if error.status.code == NOT_FOUND:  # the CRD is not installed: nothing of its kind exists
+            return
+        raise
+    for name in objects:
+        try:
+            client.delete(kind, name, cascade=CascadeType.FOREGROUND)
+        except ApiError as error:
+            if error.status.code != NOT_FOUND:
+                raise
+    while left := [str(o.metadata.name) for o in client.list(kind)]:
+        if time.monotonic() > deadline:
+            raise CRDNotDeletedError(f"{crd} objects still present after {timeout:.0f} s: {', '.join(left)}")
+        time.sleep(0.2)
+
+
+def _present(client: Client, name: str) -> bool:
+    try:
+        client.get(CustomResourceDefinition, name)
+    except ApiError as error:
+        if error.status.code == NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+def run_crd_action(*, client: Client, action: str, timeout: float) -> list[str]:
+    """``gpu-operator crds apply|delete``: act on the cluster, return one line per CRD for the log."""
+    if action == "apply":
+        return [f"applied {name} (Established)" for name in install_crds(client=client, timeout=timeout)]
+    if action == "delete":
+        names = crd_names()
+        deleted = delete_crds(client=client, names=names, timeout=timeout)
+        return [f"deleted {name}" if name in deleted else f"absent {name}" for name in names]
+    raise ValueError(f"unknown action {action!r}: expected apply or delete")

@@ -4,12 +4,15 @@
 simulated node runs the same ``async def main(ctx)`` the real container runs, with the simulator's
 :class:`~gpu_operator.sim.programs.context.ProgramContext` (which provides everything
 ``gpu_operator.agents.runtime.AgentContext`` asks for). The Helm chart's operator pod
-(``gpu-operator operator``) runs :func:`~gpu_operator.sim.programs.operatorpod.operator_program`.
+(``gpu-operator operator``) runs :func:`~gpu_operator.sim.programs.operatorpod.operator_program`, its CRD hook
+Jobs (``gpu-operator crds``) :func:`~gpu_operator.sim.programs.crdhooks.crds_program`.
 """
 
 from __future__ import annotations
 
 from gpu_operator.agents.programs import PROGRAMS
+from gpu_operator.sim.programs.crdhooks import PROGRAM as CRDS_PROGRAM
+from gpu_operator.sim.programs.crdhooks import crds_program
 from gpu_operator.sim.programs.operatorpod import PROGRAM as OPERATOR_PROGRAM
 from gpu_operator.sim.programs.operatorpod import operator_program
 from gpu_operator.sim.programs.programs import ProgramRegistry, default_registry
@@ -24,6 +27,7 @@ def agent_registry() -> ProgramRegistry:
         if name != "sleep":  # the simulator's own sleep program stays (tests stop it on purpose)
             registry.register_program(name, program)
     registry.register_program(OPERATOR_PROGRAM, operator_program)
+    registry.register_program(CRDS_PROGRAM, crds_program)
     for name, standin in standin_programs().items():
         registry.register_program(name, standin)
     return registry

@@ -27,8 +27,9 @@ Program = Callable[[ProgramContext], Awaitable[None] | None]
 EXECUTABLE = "gpu-operator"
 AGENT_VERB = "agent"
 #: Commands of our image that run as a pod without an agent NAME: ``gpu-operator operator ARGS...`` runs the
-#: program registered as ``operator`` (the Helm chart's Deployment; see ``gpu_operator.sim.programs.operatorpod``).
-PROGRAM_VERBS = frozenset({"operator"})
+#: program registered as ``operator`` (the Helm chart's Deployment; see ``gpu_operator.sim.programs.operatorpod``),
+#: ``gpu-operator crds ARGS...`` the one registered as ``crds`` (the chart's CRD hook Jobs; ``.crdhooks``).
+PROGRAM_VERBS = frozenset({"operator", "crds"})
 
 
 @dataclass(frozen=True, kw_only=True)
