@@ -8,13 +8,14 @@ are the reference's tables (section numbers in comments), written out here as da
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.names.keys import IMPLEMENTATION
-from gpu_operator.render import OperatorSettings, render
+from gpu_operator.render import OperatorSettings, StateManifests, render
 from gpu_operator.render.facts import ClusterFacts
 
 AGENT = "ghcr.io/gpu-operator-py/gpu-operator:v0.1.0"
@@ -37,10 +38,14 @@ FACTS = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu2
 H2C, BIDI = "HostToContainer", "Bidirectional"
 
 
-def _render(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _states(spec: dict[str, Any], facts: ClusterFacts = FACTS) -> dict[str, StateManifests]:
     policy = ClusterPolicy.model_validate({"metadata": {"name": "p"}, "spec": spec})
+    return {state.name: state for state in render(policy, facts, operator=OperatorSettings(agent_image=AGENT))}
+
+
+def _render(spec: dict[str, Any], facts: ClusterFacts = FACTS) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for state in render(policy, FACTS, operator=OperatorSettings(agent_image=AGENT)):
+    for state in _states(spec, facts).values():
         for obj in state.objects:
             out[f"{obj['kind']}/{obj['metadata']['name']}"] = obj
     return out
@@ -218,6 +223,107 @@ def test_driver_args_replace_init_on_the_policy_path() -> None:
     spec = {**UPSTREAM, "driver": {**UPSTREAM["driver"], "args": ["--debug"]}}
     main = _container(_render(spec)[f"DaemonSet/{DRIVER_DS}"]["spec"]["template"]["spec"], "nvidia-driver-ctr")
     assert main["args"] == ["--debug"]
+
+
+# §3.5 per-key ConfigMap mounts: kernelModuleConfig -> /drivers/<key> (driver, peermem); repoConfig and
+# certConfig -> <dir>/<key> (driver, nvidia-fs, gdrcopy; §3.3). Keys come from the facts.
+
+KEYED = {
+    **UPSTREAM,
+    "driver": {**UPSTREAM["driver"], "rdma": {"enabled": True}, "kernelModuleConfig": {"name": "kmod-params"},
+               "repoConfig": {"configMapName": "mirrors"}, "certConfig": {"name": "corp.ca"}},
+    "gds": {"enabled": True, "repository": CN, "image": "nvidia-fs", "version": "2.20.5"},
+    "gdrcopy": {"enabled": True, "repository": CN, "image": "gdrdrv", "version": "v2.5"},
+}  # fmt: skip
+KEYS = {"kmod-params": ["nvidia.conf", "nvidia-uvm.conf"], "mirrors": ["mirror.list", "local.sources"],
+        "corp.ca": ["corp-root.crt"], "unrelated": ["x"]}  # fmt: skip
+SIDE_CARS = ("nvidia-driver-ctr", "nvidia-peermem-ctr", "nvidia-fs-ctr", "nvidia-gdrcopy-ctr", "k8s-driver-manager")
+#: apt or yum: repository and CA directories (§3.5).
+DIRS = {"ubuntu22.04": ("/etc/apt/sources.list.d", "/usr/local/share/ca-certificates"),
+        "rhel9": ("/etc/yum.repos.d", "/etc/pki/ca-trust/extracted/pem")}  # fmt: skip
+
+
+def config_mounts(pod: dict[str, Any]) -> dict[str, list[tuple[str, str, str | None, bool]]]:
+    """container -> (volume, mountPath, subPath, readOnly) of every mount of a policy-named ConfigMap."""
+    volumes = {v["name"] for v in pod["volumes"] if v.get("configMap", {}).get("name") in KEYS}
+    return {
+        name: [(m["name"], m["mountPath"], m.get("subPath"), bool(m.get("readOnly")))
+               for m in _container(pod, name).get("volumeMounts", []) if m["name"] in volumes]
+        for name in SIDE_CARS
+    }  # fmt: skip
+
+
+def _keyed_facts(os_tag: str, keys: dict[str, list[str]]) -> ClusterFacts:
+    return ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag=os_tag, has_nfd_labels=True,
+                        configmap_keys={k: tuple(v) for k, v in keys.items()}, secrets=frozenset())  # fmt: skip
+
+
+@pytest.mark.parametrize("os_tag", sorted(DIRS))
+def test_driver_config_maps_are_mounted_key_by_key(os_tag: str) -> None:
+    repo, ca = DIRS[os_tag]
+    states = _states(KEYED, _keyed_facts(os_tag, KEYS))
+    driver = states["state-driver"]
+    (ds,) = [o for o in driver.objects if o["kind"] == "DaemonSet"]
+    assert ds["metadata"]["name"] == f"nvidia-driver-daemonset-{os_tag}"
+    pod = ds["spec"]["template"]["spec"]
+    cm_volumes = {v["name"]: v["configMap"] for v in pod["volumes"] if v.get("configMap", {}).get("name") in KEYS}
+    ca_volume = next(name for name, source in cm_volumes.items() if source["name"] == "corp.ca")
+    # Named after the ConfigMap (§3.5) unless that is no DNS label: "corp.ca" has a dot.
+    assert re.fullmatch(r"corp-ca-[0-9a-f]{8}", ca_volume)
+    assert cm_volumes == {"kmod-params": {"name": "kmod-params"}, "mirrors": {"name": "mirrors"},
+                          ca_volume: {"name": "corp.ca"}}  # fmt: skip
+    kmod = [("kmod-params", "/drivers/nvidia-uvm.conf", "nvidia-uvm.conf", True),
+            ("kmod-params", "/drivers/nvidia.conf", "nvidia.conf", True)]  # fmt: skip
+    packages = [
+        ("mirrors", f"{repo}/local.sources", "local.sources", True),
+        ("mirrors", f"{repo}/mirror.list", "mirror.list", True),
+        (ca_volume, f"{ca}/corp-root.crt", "corp-root.crt", True),
+    ]
+    assert config_mounts(pod) == {
+        "nvidia-driver-ctr": kmod + packages,
+        "nvidia-peermem-ctr": kmod,
+        "nvidia-fs-ctr": packages,
+        "nvidia-gdrcopy-ctr": packages,
+        "k8s-driver-manager": [],
+    }
+    assert driver.missing == ()
+    assert not [n for n in driver.notes if "ConfigMap" in n]
+
+
+def test_a_missing_driver_config_map_is_reported_and_mounted_whole() -> None:
+    keys = {k: v for k, v in KEYS.items() if k != "corp.ca"}
+    driver = _states(KEYED, _keyed_facts("ubuntu22.04", keys))["state-driver"]
+    assert [(m.kind, m.name, m.field) for m in driver.missing] == [
+        ("ConfigMap", "corp.ca", "spec.driver.certConfig.name")
+    ]
+    (ds,) = [o for o in driver.objects if o["kind"] == "DaemonSet"]
+    mounts = config_mounts(ds["spec"]["template"]["spec"])
+    # No keys to mount: the whole ConfigMap, so the pod waits for it instead of running without it.
+    whole = [m for m in mounts["nvidia-driver-ctr"] if m[2] is None]
+    assert [m[1:] for m in whole] == [("/usr/local/share/ca-certificates", None, True)]
+    assert [m[1] for m in mounts["nvidia-fs-ctr"]][-1] == "/usr/local/share/ca-certificates"
+    assert ("kmod-params", "/drivers/nvidia.conf", "nvidia.conf", True) in mounts["nvidia-driver-ctr"]
+
+
+def test_driver_config_maps_offline_are_mounted_whole_with_a_note() -> None:
+    driver = _states(KEYED)["state-driver"]  # FACTS: nothing looked up, as `gpu-operator render` offline
+    assert driver.missing == ()
+    (ds,) = [o for o in driver.objects if o["kind"] == "DaemonSet"]
+    mounts = config_mounts(ds["spec"]["template"]["spec"])
+    assert [(m[1], m[2]) for m in mounts["nvidia-driver-ctr"]] == [
+        ("/drivers/kernel-module-config", None),
+        ("/etc/apt/sources.list.d", None),
+        ("/usr/local/share/ca-certificates", None),
+    ]
+    assert [m[1] for m in mounts["nvidia-peermem-ctr"]] == ["/drivers/kernel-module-config"]
+    assert [m[1] for m in mounts["nvidia-gdrcopy-ctr"]] == [
+        "/etc/apt/sources.list.d",
+        "/usr/local/share/ca-certificates",
+    ]
+    offline = [n for n in driver.notes if "unknown offline" in n]
+    assert [n.split(":", 1)[0] for n in offline] == [
+        "spec.driver.kernelModuleConfig.name", "spec.driver.repoConfig.configMapName", "spec.driver.certConfig.name"
+    ]  # fmt: skip
 
 
 # §5 Container toolkit ---------------------------------------------------------------------------

@@ -107,3 +107,14 @@ def test_operator_settings_from_env() -> None:
     assert settings.agent_image == DEFAULT_AGENT_IMAGE
     assert dict(settings.image_env) == {"DRIVER_IMAGE": "d@sha256:1"}
     assert OperatorSettings.from_env({"AGENT_IMAGE": "mine:1"}).agent_image == "mine:1"
+
+
+def test_configmap_keys_are_sorted_and_name_the_configmaps() -> None:
+    nodes = [node("a")]
+    facts = facts_from_nodes(nodes, namespace="ns", configmap_keys={"b": ["z", "a"], "a": []})
+    assert facts.configmap_keys == {"a": (), "b": ("a", "z")}
+    assert list(facts.configmap_keys or {}) == ["a", "b"]
+    assert facts.configmaps == frozenset({"a", "b"})  # given alone, the keys name the ConfigMaps
+    offline = facts_from_nodes(nodes, namespace="ns", configmaps=["x"])
+    assert offline.configmap_keys is None  # not looked up: the renderer falls back (render.nvidia.drivermounts)
+    assert offline.configmaps == frozenset({"x"})

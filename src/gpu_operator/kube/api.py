@@ -27,6 +27,7 @@ from lightkube.types import PatchType
 from gpu_operator.kube.client import CHUNK, WatchEvent, WatchExpiredError
 from gpu_operator.kube.informer import Informer
 from gpu_operator.kube.objects import Eviction, event_body, eviction_body, eviction_outcome
+from gpu_operator.kube.slim import data_keys
 from gpu_operator.names import keys
 from gpu_operator.names.selectors import Selector
 
@@ -277,6 +278,12 @@ class Kube:
 
     async def names(self, api_version: str, kind: str, *, namespace: str) -> list[str]:
         return [o["metadata"]["name"] for o in await self.list_objects(api_version, kind, namespace=namespace)]
+
+    async def data_keys(self, api_version: str, kind: str, *, namespace: str) -> dict[str, list[str]]:
+        """Each object's name -> the keys of its ``data`` and ``binaryData``, sorted: one list, served by
+        the informer when one covers it (the ConfigMap cache keeps the keys, ``kube.slim``)."""
+        objects = await self.list_objects(api_version, kind, namespace=namespace)
+        return {o["metadata"]["name"]: data_keys(o) for o in objects}
 
 
 def _namespace(res: Any, namespace: str | None) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """What the renderer needs to know of the live cluster, read through ``Kube``: the nodes' facts, which
-ConfigMaps and Secrets exist, and whether the ServiceMonitor and NFD CRDs are installed.
+ConfigMaps (with their keys) and Secrets exist, and whether the ServiceMonitor and NFD CRDs are installed.
 
 The operator's reconciler and ``gpu-operator upgrade plan`` (``upgrade.proposal``) read the same facts,
 so a preview renders exactly what the operator would.
@@ -14,7 +14,9 @@ from gpu_operator.render import ClusterFacts, facts_from_nodes, node_info
 
 
 async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, precompiled: bool) -> ClusterFacts:
-    configmaps = await kube.names("v1", "ConfigMap", namespace=namespace)
+    # One list gives the ConfigMaps' names and keys (NVIDIA's driver mounts kernelModuleConfig,
+    # repoConfig and certConfig key by key); the operator's ConfigMap informer serves it.
+    configmaps = await kube.data_keys("v1", "ConfigMap", namespace=namespace)
     secrets = await kube.names("v1", "Secret", namespace=namespace)
     return facts_from_nodes(
         [node_info(n) for n in nodes],
@@ -24,4 +26,5 @@ async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, pre
         nfd_installed=await kube.crd_exists("nodefeatures.nfd.k8s-sigs.io"),
         configmaps=configmaps,
         secrets=secrets,
+        configmap_keys=configmaps,
     )

@@ -1,4 +1,4 @@
-"""What the operator keeps of a Node or a pod in its informer caches: the fields a pass reads, no more.
+"""What the operator keeps of a Node, a pod or a ConfigMap in its informer caches: the fields a pass reads, no more.
 
 A simulated (or real) GPU node carries dozens of labels, capacity, images and conditions with
 heartbeat timestamps; a pod carries its whole spec. A thousand of each, kept whole, were most of the
@@ -39,6 +39,22 @@ def slim_metadata(obj: JSON) -> JSON:
         "kind": obj.get("kind"),
         "metadata": {**_meta(obj), **_pick(obj.get("metadata"), ("ownerReferences",))},
     }
+
+
+def data_keys(obj: Mapping[str, Any]) -> list[str]:
+    """The keys of a ConfigMap's (or Secret's) ``data`` and ``binaryData``, sorted."""
+    return sorted({*(obj.get("data") or {}), *(obj.get("binaryData") or {})})
+
+
+def slim_config_map(obj: JSON) -> JSON:
+    """The metadata and the keys of ``data`` and ``binaryData``, each with an empty value: the renderer
+    mounts NVIDIA's driver ConfigMaps key by key, and a key added or removed must wake the reconciler,
+    while the values (which may be large) are never read from the cache."""
+    out = slim_metadata(obj)
+    for field in ("data", "binaryData"):
+        if obj.get(field):
+            out[field] = dict.fromkeys(sorted(obj[field]), "")
+    return out
 
 
 def slim_node(node: JSON) -> JSON:

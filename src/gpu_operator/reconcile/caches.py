@@ -2,14 +2,16 @@
 
 Nine caches serve every list a pass makes of a large or busy kind: ClusterPolicies, NVIDIADrivers,
 Nodes (slim), the operator namespace's DaemonSets, ConfigMaps and Secrets (metadata only: a pass
-needs their names, owners and applied hashes, and Helm keeps whole releases in Secrets), the driver
-DaemonSets' ControllerRevisions, and the driver and validator pods (slim). Lists of everything else
+needs their names, owners and applied hashes, and Helm keeps whole releases in Secrets; ConfigMaps
+also keep their data keys, which NVIDIA's driver mounts one by one), the driver DaemonSets'
+ControllerRevisions, and the driver and validator pods (slim). Lists of everything else
 (RBAC objects, Services, PDBs) still go to the API server: they are few, small, and not worth a
 watch each. An idle upgrade pass thus makes no request at all.
 
 A change wakes the work keys that read it (one writer, one reader per fact):
 
-- ConfigMaps and Secrets: the policy reconciler (a ConfigMap a policy names may appear later);
+- ConfigMaps and Secrets: the policy reconciler (a ConfigMap a policy names may appear later, or
+  gain or lose a key; a change of values only wakes nobody);
 - policies, NVIDIADrivers and DaemonSets: both keys (the reconciler renders them; the upgrade
   controller reads the driver DaemonSets' revisions and the policies' upgrade knobs);
 - a Node: the upgrade controller always; the policy reconciler only when something it reads changed
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpu_operator.kube.informer import JSON, Informer, watching
-from gpu_operator.kube.slim import slim_metadata, slim_node, slim_pod
+from gpu_operator.kube.slim import slim_config_map, slim_metadata, slim_node, slim_pod
 from gpu_operator.upgrade.collect import DRIVER_SELECTOR, VALIDATOR_SELECTOR
 from gpu_operator.upgrade.model import KEY_PREFIX
 
@@ -68,7 +70,7 @@ def operator_informers(
         watching(client, "nvidia.com/v1alpha1", "NVIDIADriver", on_change=everyone),
         watching(client, "v1", "Node", transform=slim_node, on_change=node_changed),
         watching(client, "apps/v1", "DaemonSet", namespace=namespace, on_change=everyone),
-        watching(client, "v1", "ConfigMap", namespace=namespace, transform=slim_metadata, on_change=reconciler),
+        watching(client, "v1", "ConfigMap", namespace=namespace, transform=slim_config_map, on_change=reconciler),
         watching(client, "v1", "Secret", namespace=namespace, transform=slim_metadata, on_change=reconciler),
         watching(client, "apps/v1", "ControllerRevision", namespace=namespace, labels=DRIVER_SELECTOR,
                  on_change=upgrades),

@@ -159,3 +159,14 @@ class RenderContext:
         if known is not None and name not in known:
             self.missing.append(MissingReference(kind=kind, name=name, field=field, namespace=self.namespace))
         return name
+
+    def config_map_keys(self, name: str) -> tuple[str, ...] | None:
+        """The keys of ConfigMap ``name`` in the operator namespace, sorted; None when the facts do not
+        know them (offline, or the ConfigMap does not exist)."""
+        known = self.facts.configmap_keys
+        return None if known is None else known.get(name)
+
+    def note(self, text: str) -> None:
+        """Record a note once (a state renders one DaemonSet per pool with the same settings)."""
+        if text not in self.notes:
+            self.notes.append(text)

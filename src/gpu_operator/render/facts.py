@@ -2,7 +2,7 @@
 
 :class:`ClusterFacts` is everything ``render`` reads from the cluster: the reconciler builds it from
 the Node list (:func:`facts_from_nodes`) and a few lookups (ServiceMonitor CRD, ConfigMap and Secret
-names). :class:`OperatorSettings` is what comes from the operator's own Deployment: the image the
+names, the ConfigMaps' keys). :class:`OperatorSettings` is what comes from the operator's own Deployment: the image the
 node agents run in and the upstream ``*_IMAGE`` environment overrides (how OLM injects digests).
 
 Both are frozen: a render is a function of its inputs, so the same facts give the same manifests.
@@ -144,6 +144,9 @@ class ClusterFacts:
 
     ``configmaps``/``secrets`` are the names that exist in the operator namespace; None means "not
     looked up" (the ``render`` command offline), so no reference is reported missing.
+    ``configmap_keys`` maps each of those ConfigMaps to its ``data`` and ``binaryData`` keys, sorted
+    (NVIDIA's driver contract mounts each key as a file); None means "not looked up". Given alone,
+    it also fills ``configmaps``.
     """
 
     namespace: str
@@ -161,9 +164,15 @@ class ClusterFacts:
     kubernetes_version: str = ""
     configmaps: frozenset[str] | None = None
     secrets: frozenset[str] | None = None
+    configmap_keys: Mapping[str, tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kernel_os", _frozen(self.kernel_os))
+        if self.configmap_keys is not None:
+            keys = {name: tuple(sorted(set(k))) for name, k in sorted(self.configmap_keys.items())}
+            object.__setattr__(self, "configmap_keys", MappingProxyType(keys))
+            if self.configmaps is None:
+                object.__setattr__(self, "configmaps", frozenset(keys))
         given = dict(self.os_pools) or ({self.os_tag: tag_selector(self.os_tag)} if self.os_tag else {})
         pools = {tag: _frozen(selector) for tag, selector in sorted(given.items())}
         object.__setattr__(self, "os_pools", MappingProxyType(pools))
@@ -179,6 +188,7 @@ def facts_from_nodes(
     kubernetes_version: str = "",
     configmaps: Iterable[str] | None = None,
     secrets: Iterable[str] | None = None,
+    configmap_keys: Mapping[str, Iterable[str]] | None = None,
 ) -> ClusterFacts:
     """Facts from the Node list. ``precompiled`` makes a kernel shared by two OSes an error, as upstream."""
     gpu_nodes = [n for n in nodes if n.gpu]
@@ -211,6 +221,7 @@ def facts_from_nodes(
         kubernetes_version=kubernetes_version,
         configmaps=frozenset(configmaps) if configmaps is not None else None,
         secrets=frozenset(secrets) if secrets is not None else None,
+        configmap_keys={n: tuple(k) for n, k in configmap_keys.items()} if configmap_keys is not None else None,
     )
 
 

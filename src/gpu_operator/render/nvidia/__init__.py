@@ -1,7 +1,8 @@
 """NVIDIA's operand contracts: pod bodies for NVIDIA's own images, as NVIDIA's operator runs them.
 
 Chosen per section by ``render.implementations``. ``common`` holds the shared container and volume
-helpers; ``driver`` the driver (ClusterPolicy and NVIDIADriver paths); ``setup`` the toolkit,
-validator, device plugin and MPS control daemon; ``telemetry`` DCGM, the exporter, GFD, the MIG
-manager and the node status exporter; ``runtime`` the toolkit's container-runtime mounts.
+helpers; ``driver`` the driver (ClusterPolicy and NVIDIADriver paths) and ``drivermounts`` its
+volumes and per-key ConfigMap mounts; ``setup`` the toolkit, validator, device plugin and MPS
+control daemon; ``telemetry`` DCGM, the exporter, GFD, the MIG manager and the node status
+exporter; ``runtime`` the toolkit's container-runtime mounts.
 """

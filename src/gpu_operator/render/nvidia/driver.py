@@ -9,7 +9,8 @@ follows ``driver.manager``'s own implementation.
 
 Differences between the two paths are the reference's §4 table: an NVIDIADriver appends ``args`` to
 ``init`` (a ClusterPolicy replaces it), adds ``NVIDIA_VISIBLE_DEVICES=void``, starts a precompiled
-probe after 5 s, and never sets ``HOST_ROOT``.
+probe after 5 s, never sets ``HOST_ROOT``, and mounts what the policy names into every container.
+The pod's volumes and mounts, with the per-key ConfigMap mounts, are ``drivermounts``.
 """
 
 from __future__ import annotations
@@ -23,11 +24,16 @@ from gpu_operator.render.driverconfig import MANAGER_DEFAULTS, DriverConfig, man
 from gpu_operator.render.images import ImageSource, ResolvedImage, resolve_image
 from gpu_operator.render.meta import JSON, config_map, content_hash
 from gpu_operator.render.nvidia.common import BIDI, H2C, HOST_ROOT, nv_container, nv_security, pull_policy, section_env
-from gpu_operator.render.ospaths import CA_DIRS, REPO_DIRS, package_family
+from gpu_operator.render.nvidia.drivermounts import (
+    PROBE_CONFIG_MAP,
+    PROBE_SCRIPT,
+    driver_mounts,
+    driver_volumes,
+    spec_mounts,
+)
+from gpu_operator.render.ospaths import package_family
 from gpu_operator.render.pods import VALIDATIONS, Volumes, env, field_env, mount
 
-PROBE_CONFIG_MAP = "nvidia-driver-startup-probe"
-PROBE_SCRIPT = "/usr/local/bin/startup-probe.sh"
 READY = f"{VALIDATIONS}/.driver-ctr-ready"
 DAEMONS = f"{VALIDATIONS}/.driver-daemons-status"
 
@@ -101,73 +107,6 @@ def _probe(cfg: DriverConfig) -> JSON:
     return probe
 
 
-def _volumes(ctx: RenderContext, cfg: DriverConfig, volumes: Volumes) -> None:
-    volumes.host("run-nvidia", "/run/nvidia")
-    volumes.host("var-log", "/var/log", kind=None)
-    volumes.host("dev-log", "/dev/log", kind=None)
-    volumes.host("host-os-release", "/etc/os-release", kind=None)
-    volumes.host("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager")
-    volumes.host("run-nvidia-topologyd", "/run/nvidia-topologyd")
-    volumes.host("mlnx-ofed-usr-src", "/usr/src" if cfg.host_mofed else "/run/mellanox/drivers/usr/src")
-    volumes.host("run-mellanox-drivers", "/run/mellanox/drivers")
-    volumes.host("run-nvidia-validations", VALIDATIONS)
-    volumes.host("host-root", ctx.root_fs, kind="Directory")
-    volumes.host("host-sys", "/sys", kind="Directory")
-    volumes.host("firmware-search-path", "/sys/module/firmware_class/parameters/path", kind=None)
-    volumes.host("host-sys-devices-system", "/sys/devices/system", kind="Directory")
-    volumes.host("nv-firmware", "/run/nvidia/driver/lib/firmware")
-    volumes.config_map("driver-startup-probe-script", PROBE_CONFIG_MAP, mode=0o755)
-
-
-def _driver_mounts() -> list[JSON]:
-    return [
-        mount("run-nvidia", "/run/nvidia", propagation=BIDI),
-        mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
-        mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
-        mount("var-log", "/var/log"),
-        mount("dev-log", "/dev/log"),
-        mount("host-os-release", "/host-etc/os-release", read_only=True),
-        mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation=H2C),
-        mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation=H2C),
-        mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
-        mount("host-sys-devices-system", "/sys/devices/system"),
-        mount("nv-firmware", "/lib/firmware"),
-        mount("driver-startup-probe-script", PROBE_SCRIPT, read_only=True) | {"subPath": "startup-probe.sh"},
-    ]
-
-
-def _spec_mounts(ctx: RenderContext, cfg: DriverConfig, volumes: Volumes, *, family: str) -> list[JSON]:
-    """ConfigMaps and Secrets the policy names, where NVIDIA's driver image reads them (§3.5)."""
-    out: list[JSON] = []
-    where = cfg.field
-    if cfg.kernel_module_config and ctx.require(
-        "ConfigMap", cfg.kernel_module_config, field=f"{where}.kernelModuleConfig.name"
-    ):
-        # Upstream mounts each key at /drivers/<key>; the keys are not among the facts, so the
-        # ConfigMap is projected under /drivers/kernel-module-config and the image is told where.
-        volumes.config_map(cfg.kernel_module_config, cfg.kernel_module_config)
-        out.append(mount(cfg.kernel_module_config, "/drivers/kernel-module-config", read_only=True))
-    if cfg.repo_config and ctx.require("ConfigMap", cfg.repo_config, field=f"{where}.{cfg.repo_field}"):
-        volumes.config_map(cfg.repo_config, cfg.repo_config)
-        out.append(mount(cfg.repo_config, REPO_DIRS[family], read_only=True))
-    if cfg.cert_config and ctx.require("ConfigMap", cfg.cert_config, field=f"{where}.certConfig.name"):
-        volumes.config_map(cfg.cert_config, cfg.cert_config)
-        out.append(mount(cfg.cert_config, CA_DIRS[family], read_only=True))
-    if cfg.licensing_secret and ctx.require(
-        "Secret", cfg.licensing_secret, field=f"{where}.licensingConfig.secretName"
-    ):
-        volumes.secret("licensing-config", cfg.licensing_secret)
-        out.append(mount("licensing-config", "/drivers/gridd.conf", read_only=True) | {"subPath": "gridd.conf"})
-        if cfg.nls_enabled:
-            token = "/drivers/ClientConfigToken/client_configuration_token.tok"
-            out.append(mount("licensing-config", token, read_only=True) | {"subPath": "client_configuration_token.tok"})
-    if cfg.virtual_topology and ctx.require("ConfigMap", cfg.virtual_topology, field=f"{where}.{cfg.topology_field}"):
-        volumes.config_map("topology-config", cfg.virtual_topology)
-        path = "/etc/nvidia/nvidia-topologyd.conf"
-        out.append(mount("topology-config", path, read_only=True) | {"subPath": "nvidia-topologyd.conf"})
-    return out
-
-
 def _sidecar(ctx: RenderContext, cfg: DriverConfig, key: str, *, os_suffix: str | None, mounts: list[JSON]) -> JSON:
     section = cfg.gds if key == "gds" else cfg.gdrcopy
     assert section is not None
@@ -224,7 +163,7 @@ def driver_pod(
     ``manager`` builds the driver manager init container (ours or NVIDIA's) given the volumes and
     the mounts it shares with the driver."""
     volumes = Volumes()
-    _volumes(ctx, cfg, volumes)
+    driver_volumes(ctx.root_fs, host_mofed=cfg.host_mofed, volumes=volumes)
     classic = _classic(cfg)
     base = [field_env("NODE_NAME", "spec.nodeName"), field_env("NODE_IP", "status.hostIP")]
     if cfg.kernel_module_type:
@@ -238,7 +177,8 @@ def driver_pod(
         base.append(env("HOST_ROOT", ctx.root_fs))
     args = ["init", *(cfg.args or [])] if not classic else (list(cfg.args) if cfg.args else ["init"])
     family = package_family(os_tag) if os_tag else "apt"
-    mounts = [*_driver_mounts(), *_spec_mounts(ctx, cfg, volumes, family=family)]
+    extra = spec_mounts(ctx, cfg, volumes, family=family)
+    mounts = [*driver_mounts(), *extra.driver]
     main = nv_container(
         name="nvidia-driver-ctr",
         image=image.reference,
@@ -261,6 +201,7 @@ def driver_pod(
             mount("var-log", "/var/log"),
             mount("dev-log", "/dev/log", read_only=True),
             mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation=H2C),
+            *extra.peermem,
         ]
         peer = nv_container(
             name="nvidia-peermem-ctr",
@@ -291,9 +232,8 @@ def driver_pod(
         containers.append(peer)
     for key in ("gds", "gdrcopy"):
         if getattr(cfg, key) is not None:
-            containers.append(
-                _sidecar(ctx, cfg, key, os_suffix=os_tag, mounts=[mount("dev-log", "/dev/log", read_only=True)])
-            )
+            side_mounts = [mount("dev-log", "/dev/log", read_only=True), *extra.sidecars]
+            containers.append(_sidecar(ctx, cfg, key, os_suffix=os_tag, mounts=side_mounts))
     shared = [
         mount("run-nvidia", "/run/nvidia", propagation=BIDI),
         mount("host-root", HOST_ROOT, read_only=True, propagation=H2C),
