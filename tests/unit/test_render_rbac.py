@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_operator.render.rbac import (
+    NVIDIA_OPERAND_PERMISSIONS,
     OPERAND_CLUSTER_ROLES,
     OPERAND_PERMISSIONS,
     OPERATOR_CLUSTER_RULES,
@@ -69,7 +70,7 @@ def test_namespace_placeholder_is_filled_in() -> None:
 
 
 def test_operand_rbac_objects() -> None:
-    objects = operand_rbac("nvidia-mig-manager", state="state-mig-manager", namespace="ns")
+    objects = operand_rbac("nvidia-mig-manager", state="state-mig-manager", namespace="ns", implementations=("agent",))
     kinds = [(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in objects]
     assert kinds == [
         ("ServiceAccount", "nvidia-mig-manager", "ns"),
@@ -80,13 +81,17 @@ def test_operand_rbac_objects() -> None:
     ]
     assert objects[2]["subjects"] == [{"kind": "ServiceAccount", "name": "nvidia-mig-manager", "namespace": "ns"}]
     # An operand with no API needs gets an account and nothing else.
-    assert [o["kind"] for o in operand_rbac("nvidia-container-toolkit", state="s", namespace="ns")] == [
-        "ServiceAccount"
-    ]
+    toolkit = operand_rbac("nvidia-container-toolkit", state="s", namespace="ns", implementations=("agent",))
+    assert [o["kind"] for o in toolkit] == ["ServiceAccount"]
+    # NVIDIA's toolkit DaemonSet runs NVIDIA's driver validation, which lists DaemonSets (a Role).
+    nvidia = operand_rbac("nvidia-container-toolkit", state="s", namespace="ns", implementations=("nvidia",))
+    assert [o["kind"] for o in nvidia] == ["ServiceAccount", "Role", "RoleBinding"]
+    assert nvidia[1]["rules"] == [{"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list"]}]
 
 
 def test_every_operand_with_cluster_rules_has_a_managed_name() -> None:
     assert {a for a, p in OPERAND_PERMISSIONS.items() if p.cluster} <= set(OPERAND_CLUSTER_ROLES)
+    assert {a for a, p in NVIDIA_OPERAND_PERMISSIONS.items() if p.cluster} <= set(OPERAND_CLUSTER_ROLES)
 
 
 @pytest.mark.parametrize("account", ["nvidia-driver", "nvidia-mig-manager"])

@@ -19,7 +19,9 @@ from gpu_operator.api.clusterpolicy import ClusterPolicySpec
 from gpu_operator.api.components import DriverManager, Probe
 from gpu_operator.api.corev1 import to_pod_field
 from gpu_operator.api.nvidiadriver import NVIDIADriver
-from gpu_operator.render.images import ImageSource, ResolvedImage, resolve_image
+from gpu_operator.render.catalog import operand
+from gpu_operator.render.images import ImageSource, RenderError, ResolvedImage, resolve_image
+from gpu_operator.render.implementations import Kind, choose
 from gpu_operator.render.meta import JSON
 
 #: The NVIDIADriver CRD's default ``image``: a driver that names only this runs our agent image.
@@ -228,3 +230,26 @@ def manager_image(cfg: DriverConfig, *, image_env: Mapping[str, str], agent_imag
         image_env=image_env,
         agent_image=agent_image,
     )
+
+
+def implementations(cfg: DriverConfig, *, image_env: Mapping[str, str], agent_image: str) -> tuple[Kind, ...]:
+    """What runs under the driver's service account (for its roles, ``rbac``), as ``driver`` renders it:
+    our driver and manager; or NVIDIA's driver with NVIDIA's manager, or with ours (``manager``'s choice)."""
+    try:
+        # Without the OS suffix: it only lengthens the tag, so the repository and the choice are the same.
+        env_var = operand("state-driver").image_env if cfg.env_fallback else None
+        image = resolve_image(
+            cfg.source, field=cfg.field, env_var=env_var, image_env=image_env, agent_image=agent_image
+        )
+        driver = choose(forced=cfg.implementation, image=image, agent_image=agent_image, field=cfg.field)
+        manager = choose(
+            forced=getattr(cfg.manager, "implementation", None),
+            image=manager_image(cfg, image_env=image_env, agent_image=agent_image),
+            agent_image=agent_image,
+            field=f"{cfg.field}.manager",
+        )
+    except RenderError:
+        return ("agent",)  # reported by the DaemonSets, which cannot render without the image either
+    if not driver.nvidia:
+        return ("agent",)
+    return ("nvidia",) if manager.nvidia else ("agent", "nvidia")

@@ -15,9 +15,8 @@ from gpu_operator.render.catalog import operand
 from gpu_operator.render.context import RenderContext
 from gpu_operator.render.meta import JSON, config_map
 from gpu_operator.render.nvidia import telemetry
-from gpu_operator.render.operands import main_container, nvidia_contract, nvidia_daemonset, pod, waiting
+from gpu_operator.render.operands import accounts, main_container, nvidia_contract, nvidia_daemonset, pod, waiting
 from gpu_operator.render.pods import Volumes, daemonset, env, host_root_mounts, mount
-from gpu_operator.render.rbac import operand_rbac
 
 DEFAULT_CONFIG = "default-mig-parted-config"
 DEFAULT_CLIENTS = "default-gpu-clients"
@@ -54,8 +53,9 @@ def render_mig_manager(ctx: RenderContext) -> list[JSON]:
         objects.append(
             config_map(DEFAULT_CLIENTS, state=state, namespace=ns, data={"clients.yaml": DEFAULT_GPU_CLIENTS})
         )
-    rbac = operand_rbac(op.service_account, state=state, namespace=ns)
-    if nvidia_contract(ctx, op):
+    nvidia = nvidia_contract(ctx, op)
+    rbac = accounts(ctx, op, nvidia=nvidia)
+    if nvidia:
         config, clients_name = custom or DEFAULT_CONFIG, clients or DEFAULT_CLIENTS
         body, extra = telemetry.mig_manager(ctx, op, config=config, clients=clients_name, custom=custom is not None)
         return [*rbac, *objects, *extra, nvidia_daemonset(ctx, op, body)]

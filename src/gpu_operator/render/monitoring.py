@@ -15,9 +15,8 @@ from gpu_operator.render.catalog import operand
 from gpu_operator.render.context import RenderContext
 from gpu_operator.render.meta import JSON, service, service_monitor
 from gpu_operator.render.nvidia import telemetry
-from gpu_operator.render.operands import main_container, nvidia_contract, nvidia_daemonset, pod, waiting
+from gpu_operator.render.operands import accounts, main_container, nvidia_contract, nvidia_daemonset, pod, waiting
 from gpu_operator.render.pods import VALIDATIONS, Volumes, daemonset, env, host_root_mounts, mount
-from gpu_operator.render.rbac import operand_rbac
 
 OPERATOR_METRICS_PORT = 8080
 DCGM_PORT = 5555
@@ -98,7 +97,7 @@ def render_dcgm(ctx: RenderContext) -> list[JSON]:
         port_name="dcgm",
         traffic_policy="Local",
     )
-    rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
+    rbac = accounts(ctx, op, nvidia=nvidia)
     ds = nvidia_daemonset(ctx, op, body) if nvidia else daemonset(ctx, op, pod=body)
     return [*rbac, ds, svc]
 
@@ -162,7 +161,7 @@ def render_exporter(ctx: RenderContext) -> list[JSON]:
         traffic_policy=svc_spec.internal_traffic_policy if svc_spec else None,
     )
     out = [
-        *operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace, pod_reader=reads_pods),
+        *accounts(ctx, op, nvidia=nvidia, pod_reader=reads_pods),
         daemonset(ctx, op, pod=body, pod_annotations=spec.annotations, implementation="nvidia" if nvidia else "agent"),
         svc,
     ]
@@ -192,7 +191,7 @@ def render_node_status_exporter(ctx: RenderContext) -> list[JSON]:
         port_name="node-status",
     )
     return [
-        *operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace),
+        *accounts(ctx, op, nvidia=nvidia),
         nvidia_daemonset(ctx, op, body) if nvidia else daemonset(ctx, op, pod=body),
         svc,
         *_monitor(ctx, op.daemonset, state=op.state, port_name="node-status"),

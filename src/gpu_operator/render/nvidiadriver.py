@@ -23,8 +23,9 @@ from gpu_operator.api.nvidiadriver import NVIDIADriver
 from gpu_operator.render.catalog import operand
 from gpu_operator.render.context import MissingReference, RenderContext
 from gpu_operator.render.driver import driver_daemonset
-from gpu_operator.render.driverconfig import from_nvidiadriver
+from gpu_operator.render.driverconfig import from_nvidiadriver, implementations
 from gpu_operator.render.facts import ClusterFacts, NodeInfo, OperatorSettings
+from gpu_operator.render.implementations import Kind
 from gpu_operator.render.meta import JSON
 from gpu_operator.render.nvidia.driver import nvidia_driver_config
 from gpu_operator.render.rbac import operand_rbac
@@ -72,13 +73,14 @@ def render_drivers(
     routing = route_nodes(drivers, nodes)
     spec = policy.spec if policy is not None else ClusterPolicySpec()
     op = operand("state-driver")
-    shared = tuple(operand_rbac(op.service_account, state=op.state, namespace=facts.namespace))
+    kinds: set[Kind] = set()
     out = []
     for cr in sorted(drivers, key=lambda d: d.metadata.name):
         if not live(cr):
             continue
         ctx = RenderContext(spec=spec, facts=facts, settings=operator)
         cfg = from_nvidiadriver(cr)
+        kinds.update(implementations(cfg, image_env=operator.image_env, agent_image=operator.agent_image))
         pools, skipped = pools_for(cr, routing=routing, nodes=nodes)
         labels = {
             "app.kubernetes.io/component": DRIVER_COMPONENT[cr.spec.driver_type],
@@ -111,5 +113,9 @@ def render_drivers(
             )
         )
     daemonsets = [o for d in out for o in d.objects if o["kind"] == "DaemonSet"]
-    shared += tuple(nvidia_driver_config(daemonsets, namespace=facts.namespace))
+    # One account for every driver: the rules of all that run under it (ours when no driver is live).
+    rbac = operand_rbac(
+        op.service_account, state=op.state, namespace=facts.namespace, implementations=kinds or ("agent",)
+    )
+    shared = (*rbac, *nvidia_driver_config(daemonsets, namespace=facts.namespace))
     return DriverRender(routing=routing, shared=shared, drivers=tuple(out))

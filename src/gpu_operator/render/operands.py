@@ -17,6 +17,7 @@ from gpu_operator.api.defaults import is_enabled
 from gpu_operator.render.catalog import Operand, operand
 from gpu_operator.render.context import RenderContext, section_of
 from gpu_operator.render.images import ResolvedImage
+from gpu_operator.render.implementations import Kind
 from gpu_operator.render.meta import JSON
 from gpu_operator.render.nvidia import setup as nvidia
 from gpu_operator.render.nvidia import telemetry
@@ -44,6 +45,13 @@ def nvidia_contract(ctx: RenderContext, op: Operand, section: Any = None) -> boo
     """Whether the operand's section chose NVIDIA's image and contract (``render.implementations``)."""
     section = section if section is not None else section_of(ctx.spec, op.section)
     return ctx.implementation(section, field=f"spec.{op.section}", env_var=op.image_env).nvidia
+
+
+def accounts(ctx: RenderContext, op: Operand, *, nvidia: bool, pod_reader: bool = False) -> list[JSON]:
+    """The operand's service account and roles, for what its pods run: NVIDIA's image or our agent."""
+    kind: Kind = "nvidia" if nvidia else "agent"
+    sa, ns = op.service_account, ctx.namespace
+    return operand_rbac(sa, state=op.state, namespace=ns, implementations=(kind,), pod_reader=pod_reader)
 
 
 def nvidia_daemonset(ctx: RenderContext, op: Operand, body: JSON, **kwargs: Any) -> JSON:
@@ -107,8 +115,9 @@ def plugin_config(ctx: RenderContext, volumes: Volumes) -> tuple[list[JSON], lis
 
 def render_toolkit(ctx: RenderContext) -> list[JSON]:
     op = operand("state-container-toolkit")
-    rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
-    if nvidia_contract(ctx, op):
+    theirs = nvidia_contract(ctx, op)
+    rbac = accounts(ctx, op, nvidia=theirs)
+    if theirs:
         body, extra = nvidia.toolkit(ctx, op)
         return [*rbac, *extra, nvidia_daemonset(ctx, op, body)]
     volumes = Volumes()
@@ -144,8 +153,7 @@ def render_validator(ctx: RenderContext) -> list[JSON]:
     op = operand("state-operator-validation")
     if nvidia_contract(ctx, op, ctx.spec.validator):
         body, _ = nvidia.validator(ctx, op)
-        rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
-        return [*rbac, nvidia_daemonset(ctx, op, body)]
+        return [*accounts(ctx, op, nvidia=True), nvidia_daemonset(ctx, op, body)]
     volumes = Volumes()
     components = ["driver", "toolkit", "cuda"]
     if is_enabled(ctx.spec, section="devicePlugin"):
@@ -157,7 +165,7 @@ def render_validator(ctx: RenderContext) -> list[JSON]:
     main = main_container(ctx, op, env_vars=[], mounts=[], section=ctx.spec.validator)
     main["env"] = [e for e in main["env"] if e["name"] != "NVIDIA_VISIBLE_DEVICES"]
     body = pod(ctx, op, containers=[main], volumes=volumes, init=init)
-    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]
+    return [*accounts(ctx, op, nvidia=False), daemonset(ctx, op, pod=body)]
 
 
 def _feature_flags(ctx: RenderContext) -> list[JSON]:
@@ -176,8 +184,7 @@ def render_device_plugin(ctx: RenderContext) -> list[JSON]:
     op = operand("state-device-plugin")
     if nvidia_contract(ctx, op):
         body, extra = nvidia.device_plugin(ctx, op)
-        rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
-        return [*rbac, *extra, nvidia_daemonset(ctx, op, body)]
+        return [*accounts(ctx, op, nvidia=True), *extra, nvidia_daemonset(ctx, op, body)]
     volumes = Volumes()
     config_env, config_mounts = plugin_config(ctx, volumes)
     mps_root = ctx.spec.device_plugin.mps.root
@@ -198,7 +205,7 @@ def render_device_plugin(ctx: RenderContext) -> list[JSON]:
         mounts.append(mount(volumes.host("cdi-root", CDI_ROOT), CDI_ROOT))
     main = main_container(ctx, op, env_vars=envs, mounts=mounts)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
-    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]
+    return [*accounts(ctx, op, nvidia=False), daemonset(ctx, op, pod=body)]
 
 
 def render_mps(ctx: RenderContext) -> list[JSON]:
@@ -206,8 +213,7 @@ def render_mps(ctx: RenderContext) -> list[JSON]:
     selector = {**op.node_selector, "nvidia.com/mps.capable": "true"}
     if nvidia_contract(ctx, op):
         body, _ = nvidia.mps_control_daemon(ctx, op)
-        rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
-        return [*rbac, nvidia_daemonset(ctx, op, body, node_selector=selector)]
+        return [*accounts(ctx, op, nvidia=True), nvidia_daemonset(ctx, op, body, node_selector=selector)]
     volumes = Volumes()
     config_env, config_mounts = plugin_config(ctx, volumes)
     mps_root = ctx.spec.device_plugin.mps.root
@@ -219,16 +225,14 @@ def render_mps(ctx: RenderContext) -> list[JSON]:
     body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
     body["hostPID"] = True  # the control daemon serves clients in other pods' PID namespaces
     # Only nodes whose plugin config enables MPS sharing run the daemon (GFD sets the label).
-    rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
-    return [*rbac, daemonset(ctx, op, pod=body, node_selector=selector)]
+    return [*accounts(ctx, op, nvidia=False), daemonset(ctx, op, pod=body, node_selector=selector)]
 
 
 def render_gfd(ctx: RenderContext) -> list[JSON]:
     op = operand("gpu-feature-discovery")
     if nvidia_contract(ctx, op):
         body, _ = telemetry.gfd(ctx, op)
-        rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
-        return [*rbac, nvidia_daemonset(ctx, op, body)]
+        return [*accounts(ctx, op, nvidia=True), nvidia_daemonset(ctx, op, body)]
     volumes = Volumes()
     config_env, config_mounts = plugin_config(ctx, volumes)
     # MPS_ROOT as the plugin has it: a config sharing through MPS is refused without one, and GFD's
@@ -246,7 +250,7 @@ def render_gfd(ctx: RenderContext) -> list[JSON]:
         envs.append(env("GFD_LABEL_NODE", "true"))
     main = main_container(ctx, op, env_vars=envs, mounts=mounts)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
-    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]
+    return [*accounts(ctx, op, nvidia=False), daemonset(ctx, op, pod=body)]
 
 
 def render_gpu_discovery(ctx: RenderContext) -> list[JSON]:
@@ -278,4 +282,4 @@ def render_gpu_discovery(ctx: RenderContext) -> list[JSON]:
     # Every Linux node, tainted or not: a GPU node is often tainted before anything knows it has GPUs.
     overrides = {"tolerations": [{"operator": "Exists"}], "priorityClassName": "system-node-critical"}
     ds = daemonset(ctx, op, pod=spec, node_selector={"kubernetes.io/os": "linux"}, overrides=overrides)
-    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), ds]
+    return [*accounts(ctx, op, nvidia=False), ds]  # ours only: no NVIDIA image runs it

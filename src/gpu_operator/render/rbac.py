@@ -16,6 +16,17 @@ The operator's rules are the least it needs for what it does:
 - its leader-election Lease: create (not limitable by name) and renew, and delete by name only, to hand
   leadership over at once when it stops.
 
+An operand's account gets the rules of what runs under it (``render.implementations``): our agent's
+(:data:`OPERAND_PERMISSIONS`), NVIDIA's image's as NVIDIA's operator grants them
+(:data:`NVIDIA_OPERAND_PERMISSIONS`), or both in a mixed pod. The operator holds four rules only to
+grant them to NVIDIA's images, and uses none itself:
+
+- nodes ``update``: NVIDIA's driver manager and MIG manager write their node with updates;
+- ``resource.k8s.io`` ResourceClaims get, list: NVIDIA's driver manager reads those of pods it evicts;
+- pods create, update, patch in its namespace: NVIDIA's validator creates its workload pods there;
+- ``nfd.k8s-sigs.io`` NodeFeatures get, list, watch, create, update in its namespace: NVIDIA's GFD
+  publishes its labels as a NodeFeature there.
+
 Kubernetes refuses to let the operator grant permissions it does not hold, so its rules must cover
 every operand rule; :func:`covers` checks that, and a unit test runs it. The Helm chart's
 ``templates/rbac.yaml`` is generated from these rules (``hack/generate.py``).
@@ -27,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from gpu_operator.render.implementations import Kind
 from gpu_operator.render.meta import JSON, binding, role, service_account
 
 READ = ("get", "list", "watch")
@@ -66,7 +78,7 @@ _POD_REMOVE = (Rule(("",), ("pods",), ("get", "list", "watch", "delete")), Rule(
 #: The driver and MIG managers record Events about their node (in "default", as the kubelet does).
 _NODE_EVENTS = Rule(("",), ("events",), ("create", "patch"))
 
-#: Service account -> what it may do. Operands not listed get a service account and no rules.
+#: Service account -> what our agents running under it may do. Not listed: an account and no rules.
 OPERAND_PERMISSIONS: Mapping[str, Permissions] = MappingProxyType(
     {
         # The driver manager cordons nodes, evicts GPU pods and waits for operand pods to leave.
@@ -97,12 +109,79 @@ OPERAND_PERMISSIONS: Mapping[str, Permissions] = MappingProxyType(
         "nvidia-cc-manager": Permissions(cluster=(_NODE_LABEL,)),
     }
 )
-#: Only when the exporter adds pod labels or UIDs to metrics.
+
+#: Service account -> what NVIDIA's operator grants NVIDIA's images under it (§ of
+#: ``upstream-operand-contracts.md``), without OpenShift's SCC ``use`` (no SCCs are rendered here).
+#: The account names stay ours. Not listed (DCGM; the sandbox states, which have no NVIDIA
+#: contract here): an account and no rules.
+NVIDIA_OPERAND_PERMISSIONS: Mapping[str, Permissions] = MappingProxyType(
+    {
+        # §3: k8s-driver-manager cordons its node (nodes patch/update), evicts GPU pods (pods read,
+        # pods/eviction), reads their DRA claims and looks up DaemonSets. Not OpenShift's clusterversions
+        # read: the OpenShift driver toolkit is not supported here.
+        "nvidia-driver": Permissions(
+            cluster=(
+                Rule(("",), ("nodes",), ("get", "list", "watch", "patch", "update")),
+                Rule(("",), ("pods",), READ),
+                Rule(("",), ("pods/eviction",), ("create",)),
+                Rule(("resource.k8s.io",), ("resourceclaims",), ("get", "list")),
+                Rule(("apps",), ("daemonsets",), ("get",)),
+            )
+        ),
+        # §5: its driver-validation init (NVIDIA's validator) lists DaemonSets to find the driver's.
+        "nvidia-container-toolkit": Permissions(namespaced=(Rule(("apps",), ("daemonsets",), ("list",)),)),
+        # §6: plugin-validation reads its node's capacity; the cuda and plugin validations create
+        # workload pods here, delete older ones and wait for them; driver-validation reads DaemonSets.
+        # The pods copy the DaemonSet's owner reference to the ClusterPolicy, and blocking the owner's
+        # deletion takes update on its finalizers (never an NVIDIADriver's: it owns no validator).
+        "nvidia-operator-validator": Permissions(
+            cluster=(_NODE_READ, Rule(("nvidia.com",), ("clusterpolicies/finalizers",), ("update",))),
+            namespaced=(
+                Rule(("",), ("pods",), ("create", "get", "list", "watch", "update", "patch", "delete")),
+                Rule(("apps",), ("daemonsets",), READ),
+            ),
+        ),
+        # §7: the plugin and its config-manager read the node's nvidia.com/device-plugin.config label.
+        "nvidia-device-plugin": Permissions(cluster=(_NODE_READ,)),
+        # §8: NVIDIA runs it under the device plugin's account, whose rule this is (its config-manager
+        # reads the same label); here it keeps its own account.
+        "nvidia-mps-control-daemon": Permissions(cluster=(_NODE_READ,)),
+        # §10: the exporter may read its metrics list from a ConfigMap; reading pods is POD_READER.
+        "nvidia-dcgm-exporter": Permissions(namespaced=(Rule(("",), ("configmaps",), ("get", "list")),)),
+        # §11: GFD publishes its labels as a NodeFeature here, owned by its pod (pods get), and reads
+        # its node; it never writes the node.
+        "nvidia-gpu-feature-discovery": Permissions(
+            cluster=(_NODE_READ,),
+            namespaced=(
+                Rule(("nfd.k8s-sigs.io",), ("nodefeatures",), ("get", "list", "watch", "create", "update")),
+                Rule(("",), ("pods",), ("get",)),
+            ),
+        ),
+        # §12: it writes its node's MIG labels, lists the GPU pods on it, restarts the operand pods here
+        # around a reconfiguration and keeps its state in ConfigMaps here.
+        "nvidia-mig-manager": Permissions(
+            cluster=(
+                Rule(("",), ("nodes",), ("get", "list", "watch", "update", "patch")),
+                Rule(("",), ("pods",), ("list",)),
+            ),
+            namespaced=(
+                Rule(("",), ("pods",), ("get", "list", "watch", "delete")),
+                Rule(("",), ("configmaps",), ("create", "get", "list", "update", "patch")),
+            ),
+        ),
+        # §13 lists no rules: nodes get, as our exporter, for the GPUs the plugin advertised on its node.
+        "nvidia-node-status-exporter": Permissions(cluster=(_NODE_GET,)),
+    }
+)
+_BY_KIND: Mapping[Kind, Mapping[str, Permissions]] = MappingProxyType(
+    {"agent": OPERAND_PERMISSIONS, "nvidia": NVIDIA_OPERAND_PERMISSIONS}
+)
+#: Only when the exporter adds pod labels or UIDs to metrics (ours or NVIDIA's).
 POD_READER = Permissions(cluster=(Rule(("",), ("pods",), READ),))
 
 #: Cluster-scoped roles and bindings the operator owns (the names it may change or delete).
 OPERAND_CLUSTER_ROLES = tuple(
-    sorted([sa for sa, p in OPERAND_PERMISSIONS.items() if p.cluster] + [EXPORTER_POD_READER])
+    sorted({sa for perms in _BY_KIND.values() for sa, p in perms.items() if p.cluster} | {EXPORTER_POD_READER})
 )
 WATCHED_CRDS = (
     "servicemonitors.monitoring.coreos.com",
@@ -113,9 +192,11 @@ WATCHED_CRDS = (
 
 OPERATOR_CLUSTER_RULES = (
     _NODE_LABEL,
+    Rule(("",), ("nodes",), ("update",)),  # only to grant it (NVIDIA's driver and MIG managers)
     *_POD_REMOVE,
     Rule(("apps",), ("daemonsets",), READ),
     Rule(("policy",), ("poddisruptionbudgets",), READ),
+    Rule(("resource.k8s.io",), ("resourceclaims",), ("get", "list")),  # only to grant it (NVIDIA's driver manager)
     Rule(("",), ("namespaces",), ("get", "patch"), (NAMESPACE_PLACEHOLDER,)),
     Rule(("",), ("events",), ("create", "patch")),
     Rule(("events.k8s.io",), ("events",), ("create", "patch")),
@@ -135,6 +216,7 @@ OPERATOR_CLUSTER_RULES = (
 
 OPERATOR_NAMESPACE_RULES = (
     Rule(("",), ("configmaps", "services", "serviceaccounts"), MANAGE),
+    Rule(("",), ("pods",), ("create", "update", "patch")),  # only to grant it (NVIDIA's validator)
     Rule(("",), ("secrets",), READ),
     Rule(("apps",), ("daemonsets",), MANAGE),
     Rule(("apps",), ("controllerrevisions",), READ),
@@ -142,6 +224,8 @@ OPERATOR_NAMESPACE_RULES = (
     Rule(("coordination.k8s.io",), ("leases",), ("get", "create", "update", "patch")),
     Rule(("coordination.k8s.io",), ("leases",), ("delete",), (LEADER_LEASE,)),
     Rule(("monitoring.coreos.com",), ("servicemonitors",), MANAGE),
+    # Only to grant it (NVIDIA's GFD).
+    Rule(("nfd.k8s-sigs.io",), ("nodefeatures",), ("get", "list", "watch", "create", "update")),
 )
 
 
@@ -174,9 +258,29 @@ def operator_rules(*, namespace: str = NAMESPACE_PLACEHOLDER) -> tuple[list[JSON
     return cluster, [r.as_dict() for r in OPERATOR_NAMESPACE_RULES]
 
 
-def operand_rbac(account: str, *, state: str, namespace: str, pod_reader: bool = False) -> list[JSON]:
-    """The ServiceAccount of an operand and its roles and bindings (roles share the account's name)."""
-    perms = OPERAND_PERMISSIONS.get(account, Permissions())
+def _merged(rules: Iterable[Rule]) -> tuple[Rule, ...]:
+    """``rules`` in order, with the verbs of rules on the same objects joined into the first."""
+    verbs: dict[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], dict[str, None]] = {}
+    for r in rules:
+        verbs.setdefault((r.groups, r.resources, r.names), {}).update(dict.fromkeys(r.verbs))
+    return tuple(Rule(groups, resources, tuple(v), names) for (groups, resources, names), v in verbs.items())
+
+
+def permissions(account: str, implementations: Iterable[Kind]) -> Permissions:
+    """What ``account`` may do when ``implementations`` run under it: the rules of each, agent's first."""
+    kinds = set(implementations)
+    perms = [table.get(account, Permissions()) for kind, table in _BY_KIND.items() if kind in kinds]
+    return Permissions(
+        cluster=_merged(r for p in perms for r in p.cluster), namespaced=_merged(r for p in perms for r in p.namespaced)
+    )
+
+
+def operand_rbac(
+    account: str, *, state: str, namespace: str, implementations: Iterable[Kind], pod_reader: bool = False
+) -> list[JSON]:
+    """The ServiceAccount of an operand and its roles and bindings (roles share the account's name), for
+    what runs under it: ``implementations`` (``agent``, ``nvidia`` or both, ``render.implementations``)."""
+    perms = permissions(account, implementations)
     objects = [service_account(account, state=state, namespace=namespace)]
     if perms.cluster:
         objects.append(role(account, state=state, rules=[r.as_dict() for r in perms.cluster], namespace=None))
@@ -196,11 +300,12 @@ def operand_rbac(account: str, *, state: str, namespace: str, pod_reader: bool =
 
 
 def uncovered(operator: Sequence[Rule], *, scope: str) -> list[tuple[str, Rule]]:
-    """Operand rules of ``scope`` (cluster or namespaced) that ``operator`` does not cover."""
+    """Operand rules of ``scope`` (cluster or namespaced), ours and NVIDIA's, that ``operator`` does not cover."""
     missing = []
-    extra = {EXPORTER_POD_READER: POD_READER}
-    for account, perms in {**OPERAND_PERMISSIONS, **extra}.items():
-        for rule in perms.cluster if scope == "cluster" else perms.namespaced:
-            if not covers(operator, rule):
-                missing.append((account, rule))
+    tables = [*_BY_KIND.values(), {EXPORTER_POD_READER: POD_READER}]
+    for table in tables:
+        for account, perms in table.items():
+            for rule in perms.cluster if scope == "cluster" else perms.namespaced:
+                if not covers(operator, rule):
+                    missing.append((account, rule))
     return missing

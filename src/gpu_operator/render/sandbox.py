@@ -66,7 +66,8 @@ def _simple(
     mounts = [*host_root_mounts(ctx, volumes, writable=True), *(extra_mounts or [])]
     main = main_container(ctx, op, env_vars=envs or [], mounts=mounts)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=init or [])
-    rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
+    # Our command whatever the image: the sandbox states have no NVIDIA contract here.
+    rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace, implementations=("agent",))
     return [*rbac, daemonset(ctx, op, pod=body, on_delete=on_delete)]
 
 
@@ -129,7 +130,8 @@ def render_sandbox_validator(ctx: RenderContext) -> list[JSON]:
         c["env"] = merge_env(c["env"], section.env if section else None)
     main = main_container(ctx, op, env_vars=[], mounts=[], section=ctx.spec.validator)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=init)
-    return [*operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace), daemonset(ctx, op, pod=body)]
+    rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace, implementations=("agent",))
+    return [*rbac, daemonset(ctx, op, pod=body)]
 
 
 def render_vfio_manager(ctx: RenderContext) -> list[JSON]:

@@ -25,7 +25,7 @@ from gpu_operator.render.agents import missing_agents
 from gpu_operator.render.catalog import STATES, operand
 from gpu_operator.render.context import MissingReference, RenderContext
 from gpu_operator.render.driver import driver_daemonset, precompiled_name
-from gpu_operator.render.driverconfig import from_policy
+from gpu_operator.render.driverconfig import from_policy, implementations
 from gpu_operator.render.facts import KERNEL, ClusterFacts, OperatorSettings
 from gpu_operator.render.images import RenderError, needs_os_tag
 from gpu_operator.render.meta import JSON, finalize, metadata
@@ -141,7 +141,8 @@ def render_driver(ctx: RenderContext) -> list[JSON]:
     built for its OS whatever order the nodes are listed in."""
     op = operand("state-driver")
     cfg = from_policy(ctx.spec)
-    objects = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace)
+    kinds = implementations(cfg, image_env=ctx.settings.image_env, agent_image=ctx.settings.agent_image)
+    objects = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace, implementations=kinds)
     labels = {
         "app.kubernetes.io/component": "nvidia-driver",
         "nvidia.com/precompiled": str(cfg.use_precompiled).lower(),
