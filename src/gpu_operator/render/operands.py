@@ -19,6 +19,7 @@ from gpu_operator.render.context import RenderContext, section_of
 from gpu_operator.render.images import ResolvedImage
 from gpu_operator.render.implementations import Kind
 from gpu_operator.render.meta import JSON
+from gpu_operator.render.nvidia import plugin as nvidia_plugin
 from gpu_operator.render.nvidia import setup as nvidia
 from gpu_operator.render.nvidia import telemetry
 from gpu_operator.render.pods import (
@@ -183,7 +184,7 @@ def _feature_flags(ctx: RenderContext) -> list[JSON]:
 def render_device_plugin(ctx: RenderContext) -> list[JSON]:
     op = operand("state-device-plugin")
     if nvidia_contract(ctx, op):
-        body, extra = nvidia.device_plugin(ctx, op)
+        body, extra = nvidia_plugin.device_plugin(ctx, op)
         return [*accounts(ctx, op, nvidia=True), *extra, nvidia_daemonset(ctx, op, body)]
     volumes = Volumes()
     config_env, config_mounts = plugin_config(ctx, volumes)
@@ -212,7 +213,7 @@ def render_mps(ctx: RenderContext) -> list[JSON]:
     op = operand("state-mps-control-daemon")
     selector = {**op.node_selector, "nvidia.com/mps.capable": "true"}
     if nvidia_contract(ctx, op):
-        body, _ = nvidia.mps_control_daemon(ctx, op)
+        body, _ = nvidia_plugin.mps_control_daemon(ctx, op)
         return [*accounts(ctx, op, nvidia=True), nvidia_daemonset(ctx, op, body, node_selector=selector)]
     volumes = Volumes()
     config_env, config_mounts = plugin_config(ctx, volumes)

@@ -23,7 +23,8 @@ from gpu_operator.render.nvidia.common import (
     section_env,
     toolkit_wait,
 )
-from gpu_operator.render.nvidia.setup import Body, config_managers, main_image, pod_body
+from gpu_operator.render.nvidia.plugin import config_managers
+from gpu_operator.render.nvidia.setup import Body, main_image, pod_body
 from gpu_operator.render.pods import VALIDATIONS, Volumes, env, field_env, mount
 
 NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
