@@ -54,6 +54,12 @@ def test_the_base_is_kept_and_the_layer_goes_on_top_under_every_name(tmp_path: P
     again = extend_image(base=base, layer=Layer(root=top, comment="driver"), references=names,
                          output=tmp_path / "again.tar", env=env, mtime=5)  # fmt: skip
     assert again == digest != facts["digest"]
+    # A user given replaces the base's (the fake driver image runs as root, as NVIDIA's driver images do).
+    root = extend_image(base=base, layer=Layer(root=top, comment="driver"), references=names,
+                        output=tmp_path / "root.tar", env=env, mtime=5, user="0:0")  # fmt: skip
+    files = read_archive(tmp_path / "root.tar")
+    manifest = json.loads(blob(files, root))
+    assert json.loads(blob(files, manifest["config"]["digest"]))["config"]["User"] == "0:0"
 
 
 def test_bad_names_and_a_base_that_is_no_single_image_are_refused(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from gpu_operator.localcluster.nodes import cgroups
 from gpu_operator.localcluster.nodes import spec as nodespec
 from gpu_operator.localcluster.nodes.host import Ledger, cleanup, process_start
 from gpu_operator.localcluster.nodes.node import in_cgroup
+from gpu_operator.sim.fakedriver import standin
 
 
 def _spec(tmp_path: Path, index: int = 2) -> nodespec.NodeSpec:
@@ -177,3 +178,9 @@ def test_a_fake_kernel_overlays_sys_module_with_the_nodes_own(tmp_path: Path) ->
     mount = f"mount -t overlay overlay -o {options} /sys/module"
     assert mount in lines
     assert lines.index(mount) < lines.index(f"touch {spec.ready_file}")  # in place before the node is ready
+    # Shared again under /run/nvidia (bound before it), for the stand-in of NVIDIA's driver container.
+    share = f"mkdir -p {nodespec.FAKE_KERNEL_SHARE} && mount --bind /sys/module {nodespec.FAKE_KERNEL_SHARE}"
+    run_nvidia = f"mount --bind {tmp_path}/private/{nodespec.private_dir_name('/run/nvidia')} /run/nvidia"
+    order = [lines.index(line) for line in (run_nvidia, mount, share, f"touch {spec.ready_file}")]
+    assert order == sorted(order)
+    assert nodespec.FAKE_KERNEL_SHARE == standin.FAKE_KERNEL_SHARE  # where the stand-in looks for it

@@ -62,3 +62,20 @@ def rmmod_command(*, modules: tuple[str, ...]) -> None:
             unload_module(host_root=_host_root(), module=module)
     except FakeDriverError as error:
         raise click.ClickException(str(error)) from error
+
+
+@fake_driver_group.command(name="nvidia-driver", context_settings=_LENIENT)
+@click.argument("verb")
+def nvidia_driver_command(*, verb: str) -> None:
+    """``nvidia-driver VERB`` of NVIDIA's driver image, on a test node: ``init`` only (the stand-in's
+    module docstring, ``sim.fakedriver.standin``, says what it does in place of NVIDIA's)."""
+    from gpu_operator.sim.fakedriver.standin import init  # noqa: PLC0415 - only the fake image runs it
+
+    if verb != "init":
+        raise click.UsageError(f"the fake NVIDIA driver image implements 'nvidia-driver init' only, not {verb!r}")
+    try:
+        argv, env = init(env=dict(os.environ))
+    except FakeDriverError as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(f"fake nvidia-driver init: {env['DRIVER_VERSION']} on the node seen at {env['HOST_ROOT']}")
+    os.execvpe(argv[0], argv, env)  # the driver agent becomes the container's process, as NVIDIA's does

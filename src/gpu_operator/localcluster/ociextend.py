@@ -59,8 +59,10 @@ def extend_image(
     output: Path,
     env: Sequence[str] = (),
     mtime: int = 0,
+    user: str | None = None,
 ) -> str:
-    """Write ``base`` + ``layer`` as the archive ``output`` named ``references``; returns the manifest digest."""
+    """Write ``base`` + ``layer`` as the archive ``output`` named ``references``; returns the manifest digest.
+    ``env`` entries replace the base's of the same name; ``user`` (e.g. ``"0:0"``) replaces its user."""
     if not references or any(not r or any(ch.isspace() for ch in r) for r in references):
         raise ValueError(f"invalid image references {list(references)!r}")
     spec = layer if isinstance(layer, Layer) else Layer(root=layer)
@@ -87,6 +89,8 @@ def extend_image(
         runtime = dict(config.get("config") or {})
         names = {entry.split("=", 1)[0] for entry in env}
         runtime["Env"] = [e for e in runtime.get("Env", []) if e.split("=", 1)[0] not in names] + list(env)
+        if user is not None:
+            runtime["User"] = user
         config["config"] = runtime
         config["rootfs"]["diff_ids"] = [*config["rootfs"]["diff_ids"], top.diff_id]
         history = {"created": _timestamp(mtime), "created_by": spec.comment or "layer"}

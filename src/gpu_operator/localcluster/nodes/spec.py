@@ -52,6 +52,10 @@ CNI_BIN_DIR = "/usr/lib/cni"
 SYS_PCI_DEVICES = "/sys/bus/pci/devices"
 #: The kernel's modules: a node with a fake kernel (``NodeSpec.fake_kernel``) overlays it with its own.
 SYS_MODULE = "/sys/module"
+#: The fake kernel's modules again, under /run/nvidia, which NVIDIA's driver container mounts
+#: Bidirectional: a privileged container is given the machine's own sysfs, so the stand-in for NVIDIA's
+#: driver image (``sim.fakedriver.standin``) binds this over its /sys/module, where the startup probe looks.
+FAKE_KERNEL_SHARE = "/run/nvidia/.fake-kernel-modules"
 RUNC = "/usr/sbin/runc"
 CNI_NETWORK = "gpuop"
 #: containerd plugins with a fixed path outside the private ones above (NRI's socket under /var/run/nri,
@@ -300,6 +304,7 @@ def namespace_script(*, spec: NodeSpec) -> str:
     if spec.fake_kernel:
         upper, work = spec.fake_kernel_root, spec.root / "fake-kernel" / "work"
         lines.append(f"mount -t overlay overlay -o lowerdir={SYS_MODULE},upperdir={upper},workdir={work} {SYS_MODULE}")
+        lines.append(f"mkdir -p {FAKE_KERNEL_SHARE} && mount --bind {SYS_MODULE} {FAKE_KERNEL_SHARE}")
     lines.append(f"touch {spec.ready_file}")
     lines.append("exec sleep infinity")
     return "\n".join(lines)

@@ -3,7 +3,9 @@
 What ``driver.repository``/``driver.image``/``driver.version`` name in a ClusterPolicy on nodes of the
 ``driver-container`` shape (``container`` says what each file does there). One image serves every
 version it is built for: each has its ``/drivers/NVIDIA-Linux-x86_64-<version>.run`` and its tag
-``<repository>/<image>:<version>-<os tag>``, as NVIDIA's driver images are tagged.
+``<repository>/<image>:<version>-<os tag>``, as NVIDIA's driver images are tagged. It runs either
+contract: our driver agent (``implementation: agent``), or NVIDIA's ``nvidia-driver init``
+(``sim.fakedriver.standin``), which needs an image of one version, as each of NVIDIA's is.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ exec gpu-operator sim fake-driver install --version {version} "$@"
 _TOOL = """#!/bin/sh
 # {name} of the fake kernel (gpu-operator sim fake-driver): this node's kernel loads no modules.
 exec gpu-operator sim fake-driver {name} "$@"
+"""
+_NVIDIA_DRIVER = """#!/bin/sh
+# NVIDIA's driver image's entrypoint, stood in for on a test node (gpu-operator sim fake-driver).
+exec gpu-operator sim fake-driver nvidia-driver "$@"
 """
 
 
@@ -61,6 +67,8 @@ def layer_tree(tree: Path, *, build: FakeDriverBuild, versions: Sequence[str]) -
         _executable(tree / RUNFILE_DIR / f"NVIDIA-Linux-x86_64-{version}.run", _RUNFILE.format(version=version))
     for name in ("modprobe", "rmmod"):
         _executable(tree / "usr" / "local" / "sbin" / name, _TOOL.format(name=name))
+    # What NVIDIA's contract runs (`nvidia-driver init`); our driver agent ignores it.
+    _executable(tree / "usr" / "local" / "bin" / "nvidia-driver", _NVIDIA_DRIVER)
 
 
 def build_driver_image(
@@ -78,5 +86,8 @@ def build_driver_image(
             layer=Layer(root=tree, comment="the fake NVIDIA driver: installer, payload, module tools"),
             references=references,
             output=output,
+            # Root, as NVIDIA's driver images run: their contract sets privileged but no user, and the
+            # operator image's own user (nonroot) could not see its node's processes.
+            user="0:0",
         )
     return DriverImage(archive=output, digest=digest, references=references)
