@@ -12,14 +12,25 @@ import yaml
 from lightkube import Client
 from lightkube.resources.apps_v1 import DaemonSet
 
+from gpu_operator.agents.discovery.osrelease import os_labels
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
+from gpu_operator.render.facts import os_tag
 from tests.chart_checks import policy_state
 from tests.conftest import REPO
 
 JSON = dict[str, Any]
 CHART = REPO / "deploy" / "helm" / "gpu-operator"
 NAMESPACE = "gpu-operator"
+
+
+def host_os_tag() -> str:
+    """The real nodes share this machine's /etc: their OS tag, as the discovery agent labels it (what an
+    OS-tagged driver image's DaemonSet is named after)."""
+    labels = {key: value for key, value in os_labels(Path("/")).items() if value is not None}
+    tag = os_tag(labels)
+    assert tag, f"this machine's os-release gives no OS tag: {labels}"
+    return tag
 
 
 def install_until_ready(

@@ -29,12 +29,10 @@ from lightkube import Client, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 
-from gpu_operator.agents.discovery.osrelease import os_labels
 from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.render.facts import os_tag
 from gpu_operator.sim.fakedriver.build import cached_build
 from gpu_operator.sim.fakedriver.image import IMAGE, REPOSITORY, DriverImage, build_driver_image, reference
 from gpu_operator.sim.fakedriver.nodes import Shape, attach, node_setup
@@ -44,7 +42,7 @@ from tests.chart_checks import policy_state
 from tests.conftest import REPO
 from tests.e2e.conftest import ProductImage
 from tests.e2e.gpu_pods import allocatable, driver_version_seen, gpu_deployment, gpu_pod, pod_log, seen_gpus
-from tests.e2e.installs import NAMESPACE, all_ready, install_until_ready
+from tests.e2e.installs import NAMESPACE, all_ready, host_os_tag, install_until_ready
 
 JSON = dict[str, Any]
 PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
@@ -53,16 +51,8 @@ OLD, NEW = "580.95.05", "595.91.07"
 SHAPE: Shape = "driver-container"
 
 
-def _host_os_tag() -> str:
-    """The nodes share the machine's /etc: their OS, as the discovery agent will label it."""
-    labels = {key: value for key, value in os_labels(Path("/")).items() if value is not None}
-    tag = os_tag(labels)
-    assert tag, f"this machine's os-release gives no OS tag: {labels}"
-    return tag
-
-
 # An OS-tagged driver image: one DaemonSet per OS tag of the GPU nodes (both nodes share this machine's).
-DRIVER_DAEMONSET = f"nvidia-driver-daemonset-{_host_os_tag()}"
+DRIVER_DAEMONSET = f"nvidia-driver-daemonset-{host_os_tag()}"
 OPERANDS = {
     DRIVER_DAEMONSET, "nvidia-gpu-discovery", "nvidia-container-toolkit-daemonset", "nvidia-operator-validator",
     "nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-mig-manager",
@@ -73,7 +63,7 @@ OPERANDS = {
 def driver_image(product_image: ProductImage) -> DriverImage:
     output = REPO / "build" / "image" / "fake-nvidia-driver.oci.tar"
     return build_driver_image(base=product_image.archive, build=cached_build(checkout_root=REPO),
-                              versions=(OLD, NEW), os_tag=_host_os_tag(), output=output)  # fmt: skip
+                              versions=(OLD, NEW), os_tag=host_os_tag(), output=output)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +128,7 @@ def test_the_driver_container_installs_the_fake_driver_and_every_operand_runs(
     wait_for(lambda: _all_ready(kube), timeout=60, describe="every operand Ready on both nodes")
     assert driver_cluster.real_nodes is not None
     for node, pod in _driver_pods(kube).items():
-        assert pod["spec"]["containers"][0]["image"] == reference(version=OLD, os_tag=_host_os_tag())
+        assert pod["spec"]["containers"][0]["image"] == reference(version=OLD, os_tag=host_os_tag())
         labels = _labels(kube, node)
         assert labels["nvidia.com/gpu.deploy.driver"] == "true"  # not "pre-installed": nothing on the host
         assert labels["nvidia.com/gpu-discovery.os-release.ID"]  # the tag's OS, without NFD
@@ -228,7 +218,7 @@ def test_a_driver_upgrade_evicts_the_workload_first_and_ends_upgrade_done(
         node_obj = kube.get(Node, node)
         assert not (node_obj.spec and node_obj.spec.unschedulable), f"{node} left cordoned"
     for pod in _driver_pods(kube).values():
-        assert pod["spec"]["containers"][0]["image"] == reference(version=NEW, os_tag=_host_os_tag())
+        assert pod["spec"]["containers"][0]["image"] == reference(version=NEW, os_tag=host_os_tag())
     # Each workload is back on its node, on the new driver.
     for node, app in apps.items():
         name, _ = wait_for(functools.partial(_workload_pod, kube, app), timeout=90, describe=f"{app} back")

@@ -25,13 +25,11 @@ import pytest
 from lightkube import Client, codecs
 from lightkube.resources.core_v1 import Pod
 
-from gpu_operator.agents.discovery.osrelease import os_labels
 from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.names import keys
-from gpu_operator.render.facts import os_tag
 from gpu_operator.sim.fakedriver.build import cached_build
 from gpu_operator.sim.fakedriver.image import IMAGE, REPOSITORY, DriverImage, build_driver_image, reference
 from gpu_operator.sim.fakedriver.nodes import Shape, attach, node_setup
@@ -40,7 +38,7 @@ from tests.chart_checks import policy_state
 from tests.conftest import REPO
 from tests.e2e.conftest import ProductImage
 from tests.e2e.gpu_pods import allocatable, driver_version_seen, gpu_pod, pod_log, seen_gpus
-from tests.e2e.installs import all_ready, daemonsets, install_until_ready
+from tests.e2e.installs import all_ready, daemonsets, host_os_tag, install_until_ready
 
 JSON = dict[str, Any]
 NODE, PROFILE, GPUS = "real-node-1", "dgx-h100", 8
@@ -48,15 +46,7 @@ VERSION = "595.91.07"
 SHAPE: Shape = "driver-container"
 
 
-def _host_os_tag() -> str:
-    """The node shares the machine's /etc: its OS, as the discovery agent will label it."""
-    labels = {key: value for key, value in os_labels(Path("/")).items() if value is not None}
-    tag = os_tag(labels)
-    assert tag, f"this machine's os-release gives no OS tag: {labels}"
-    return tag
-
-
-DRIVER_DAEMONSET = f"nvidia-driver-daemonset-{_host_os_tag()}"
+DRIVER_DAEMONSET = f"nvidia-driver-daemonset-{host_os_tag()}"
 OURS = (
     "nvidia-gpu-discovery", "nvidia-container-toolkit-daemonset", "nvidia-operator-validator",
     "nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-mig-manager",
@@ -67,7 +57,7 @@ OURS = (
 def driver_image(product_image: ProductImage) -> DriverImage:
     output = REPO / "build" / "image" / "fake-nvidia-driver-one-version.oci.tar"
     return build_driver_image(base=product_image.archive, build=cached_build(checkout_root=REPO),
-                              versions=(VERSION,), os_tag=_host_os_tag(), output=output)  # fmt: skip
+                              versions=(VERSION,), os_tag=host_os_tag(), output=output)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +108,7 @@ def test_nvidias_driver_contract_and_our_operands_reach_ready(
     assert all(implementation[name] == "agent" for name in OURS), implementation
     pod = sets[DRIVER_DAEMONSET]["spec"]["template"]["spec"]
     (driver,) = [c for c in pod["containers"] if c["name"] == "nvidia-driver-ctr"]
-    assert driver["image"] == reference(version=VERSION, os_tag=_host_os_tag())
+    assert driver["image"] == reference(version=VERSION, os_tag=host_os_tag())
     assert (driver["command"], driver["args"]) == (["nvidia-driver"], ["init"])
     assert pod["hostPID"] is True
     # The driver container mounts no host root, as NVIDIA's (the driver manager's init container does).

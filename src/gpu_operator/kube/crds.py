@@ -10,6 +10,7 @@ manifests come from :func:`gpu_operator.api.crd.crds`, so what is installed is w
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from lightkube import ApiError, Client
@@ -54,16 +55,24 @@ def install_crds(
         obj: CustomResourceDefinition = CustomResourceDefinition.from_dict(body)  # type: ignore[assignment]
         client.apply(obj, field_manager=FIELD_MANAGER, force=True)
         names.append(body["metadata"]["name"])
-    deadline = time.monotonic() + timeout
-    pending = list(names)
-    while pending:
-        pending = [n for n in pending if not _established(client.get(CustomResourceDefinition, n))]
-        if not pending:
-            break
-        if time.monotonic() > deadline:
-            raise CRDNotEstablishedError(f"CRDs not Established after {timeout:.0f} s: {', '.join(pending)}")
-        time.sleep(0.2)
+    _wait_until_none(
+        names,
+        still=lambda n: not _established(client.get(CustomResourceDefinition, n)),
+        deadline=time.monotonic() + timeout,
+        error=lambda left: CRDNotEstablishedError(f"CRDs not Established after {timeout:.0f} s: {', '.join(left)}"),
+    )
     return names
+
+
+def _wait_until_none(
+    names: list[str], *, still: Callable[[str], bool], deadline: float, error: Callable[[list[str]], Exception]
+) -> None:
+    """Poll until ``still`` holds for none of ``names``; past ``deadline``, raise ``error(those left)``."""
+    pending = list(names)
+    while pending := [n for n in pending if still(n)]:
+        if time.monotonic() > deadline:
+            raise error(pending)
+        time.sleep(0.2)
 
 
 def crd_names(manifests: dict[str, dict[str, Any]] | None = None) -> list[str]:
@@ -97,13 +106,12 @@ def delete_crds(*, client: Client, names: list[str] | None = None, timeout: floa
                 raise
             continue
         deleted.append(name)
-    while pending:
-        pending = [n for n in pending if _present(client, n)]
-        if not pending:
-            break
-        if time.monotonic() > deadline:
-            raise CRDNotDeletedError(f"CRDs still present after {timeout:.0f} s: {', '.join(pending)}")
-        time.sleep(0.2)
+    _wait_until_none(
+        pending,
+        still=lambda n: _present(client, n),
+        deadline=deadline,
+        error=lambda left: CRDNotDeletedError(f"CRDs still present after {timeout:.0f} s: {', '.join(left)}"),
+    )
     return deleted
 
 
