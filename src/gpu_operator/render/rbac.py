@@ -112,8 +112,8 @@ OPERAND_PERMISSIONS: Mapping[str, Permissions] = MappingProxyType(
 
 #: Service account -> what NVIDIA's operator grants NVIDIA's images under it (§ of
 #: ``upstream-operand-contracts.md``), without OpenShift's SCC ``use`` (no SCCs are rendered here).
-#: The account names stay ours. Not listed (DCGM; the sandbox states, which have no NVIDIA
-#: contract here): an account and no rules.
+#: The account names stay ours. Not listed: an account and no rules (DCGM). The reference lists no
+#: rules for NVIDIA's sandbox images, so ``render.sandbox`` gives their accounts ours as well.
 NVIDIA_OPERAND_PERMISSIONS: Mapping[str, Permissions] = MappingProxyType(
     {
         # §3: k8s-driver-manager cordons its node (nodes patch/update), evicts GPU pods (pods read,

@@ -7,6 +7,10 @@ agents behind them come with a later issue; the manifests are complete so the go
 Managers that own a host driver (vGPU manager, vfio manager) get the driver-manager init container
 like the driver; the sandbox validator checks, per enabled operand, ``vfio-pci``, ``vgpu-manager``
 and ``vgpu-devices`` as init containers.
+
+A section naming an image other than ours runs NVIDIA's contract instead (``render.implementations``,
+``render.nvidia.sandbox``); the sandbox validator follows ``validator``, and the driver-manager init
+of the vGPU and vfio managers follows ``<section>.driverManager``.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from typing import Any
 
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.render.catalog import DRIVER_MANAGER, Operand, operand
-from gpu_operator.render.context import RenderContext
+from gpu_operator.render.context import RenderContext, source_of
+from gpu_operator.render.images import needs_os_tag
+from gpu_operator.render.implementations import Kind
 from gpu_operator.render.meta import JSON, config_map
-from gpu_operator.render.operands import main_container, pod
+from gpu_operator.render.nvidia import sandbox as nvidia_sandbox
+from gpu_operator.render.operands import main_container, nvidia_contract, nvidia_daemonset, pod
 from gpu_operator.render.pods import (
     VALIDATIONS,
     Volumes,
@@ -52,6 +59,22 @@ def _driver_manager(ctx: RenderContext, section: Any, *, field: str, volumes: Vo
     )
 
 
+def _accounts(ctx: RenderContext, op: Operand, *, nvidia: bool) -> list[JSON]:
+    """The operand's account and roles. The reference grants NVIDIA's sandbox images nothing of their own
+    (``NVIDIA_OPERAND_PERMISSIONS`` lists none), so with them the account keeps our agents' rules, which
+    cover the node reads and label writes these images make; NVIDIA's rules join once they are listed."""
+    kinds: tuple[Kind, ...] = ("agent", "nvidia") if nvidia else ("agent",)
+    return operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace, implementations=kinds)
+
+
+def _manager(ctx: RenderContext, section: Any, *, field: str, volumes: Volumes) -> JSON:
+    """The driver-manager init beside NVIDIA's vGPU or vfio manager: NVIDIA's or ours, by its own section."""
+    manager = getattr(section, "driver_manager", None)
+    if ctx.implementation(manager, field=f"{field}.driverManager", env_var=DRIVER_MANAGER[2]).nvidia:
+        return nvidia_sandbox.driver_manager(ctx, section, field=field, volumes=volumes)
+    return _driver_manager(ctx, section, field=field, volumes=volumes)
+
+
 def _simple(
     ctx: RenderContext,
     op: Operand,
@@ -66,15 +89,22 @@ def _simple(
     mounts = [*host_root_mounts(ctx, volumes, writable=True), *(extra_mounts or [])]
     main = main_container(ctx, op, env_vars=envs or [], mounts=mounts)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=init or [])
-    # Our command whatever the image: the sandbox states have no NVIDIA contract here.
-    rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace, implementations=("agent",))
-    return [*rbac, daemonset(ctx, op, pod=body, on_delete=on_delete)]
+    return [*_accounts(ctx, op, nvidia=False), daemonset(ctx, op, pod=body, on_delete=on_delete)]
 
 
 def render_vgpu_manager(ctx: RenderContext) -> list[JSON]:
     op = operand("state-vgpu-manager")
     spec = ctx.spec.vgpu_manager
     volumes = Volumes()
+    if nvidia_contract(ctx, op):
+        rbac = _accounts(ctx, op, nvidia=True)
+        if needs_os_tag(source_of(spec)) and not ctx.facts.os_tag:
+            ctx.notes.append("the vGPU manager image is tagged per OS and no GPU node reports its OS yet; no DaemonSet")
+            return rbac
+        manager = _manager(ctx, spec, field="spec.vgpuManager", volumes=volumes)
+        body, _ = nvidia_sandbox.vgpu_manager(ctx, op, manager=manager, volumes=volumes)
+        # Upstream's OnDelete is for the driver's DaemonSets only (§1.2): this one follows daemonsets.updateStrategy.
+        return [*rbac, nvidia_daemonset(ctx, op, body)]
     init = [_driver_manager(ctx, spec, field="spec.vgpuManager", volumes=volumes)]
     mounts = [mount(volumes.host("run-nvidia", "/run/nvidia"), "/run/nvidia", propagation="Bidirectional")]
     kmc = spec.kernel_module_config.name if spec.kernel_module_config else None
@@ -95,6 +125,7 @@ def render_vgpu_manager(ctx: RenderContext) -> list[JSON]:
 def render_vgpu_device_manager(ctx: RenderContext) -> list[JSON]:
     op = operand("state-vgpu-device-manager")
     config = ctx.spec.vgpu_device_manager.config
+    default = config.default if config else "default"
     name = ctx.require("ConfigMap", config.name if config else None, field="spec.vgpuDeviceManager.config.name")
     objects: list[JSON] = []
     if name is None:
@@ -104,14 +135,20 @@ def render_vgpu_device_manager(ctx: RenderContext) -> list[JSON]:
     mounts = [mount(volumes.config_map("vgpu-config", name or DEFAULT_VGPU_DEVICES), "/vgpu-config", read_only=True)]
     envs = [
         env("CONFIG_FILE", "/vgpu-config/config.yaml"),
-        env("DEFAULT_VGPU_CONFIG", config.default if config else "default"),
+        env("DEFAULT_VGPU_CONFIG", default),
     ]
+    if nvidia_contract(ctx, op):
+        body, _ = nvidia_sandbox.vgpu_device_manager(ctx, op, config=name or DEFAULT_VGPU_DEVICES, default=default)
+        return [*objects, *_accounts(ctx, op, nvidia=True), nvidia_daemonset(ctx, op, body)]
     init = [validation_init(ctx, volumes, component="vgpu-manager")]
     return [*objects, *_simple(ctx, op, envs=envs, init=init, volumes=volumes, extra_mounts=mounts)]
 
 
 def render_sandbox_validator(ctx: RenderContext) -> list[JSON]:
     op = operand("state-sandbox-validation")
+    if nvidia_contract(ctx, op, ctx.spec.validator):
+        body, _ = nvidia_sandbox.sandbox_validator(ctx, op)
+        return [*_accounts(ctx, op, nvidia=True), nvidia_daemonset(ctx, op, body)]
     volumes = Volumes()
     components = []
     if is_enabled(ctx.spec, section="vfioManager"):
@@ -130,19 +167,25 @@ def render_sandbox_validator(ctx: RenderContext) -> list[JSON]:
         c["env"] = merge_env(c["env"], section.env if section else None)
     main = main_container(ctx, op, env_vars=[], mounts=[], section=ctx.spec.validator)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=init)
-    rbac = operand_rbac(op.service_account, state=op.state, namespace=ctx.namespace, implementations=("agent",))
-    return [*rbac, daemonset(ctx, op, pod=body)]
+    return [*_accounts(ctx, op, nvidia=False), daemonset(ctx, op, pod=body)]
 
 
 def render_vfio_manager(ctx: RenderContext) -> list[JSON]:
     op = operand("state-vfio-manager")
     volumes = Volumes()
+    if nvidia_contract(ctx, op):
+        manager = _manager(ctx, ctx.spec.vfio_manager, field="spec.vfioManager", volumes=volumes)
+        body, _ = nvidia_sandbox.vfio_manager(ctx, op, manager=manager, volumes=volumes)
+        return [*_accounts(ctx, op, nvidia=True), nvidia_daemonset(ctx, op, body)]
     init = [_driver_manager(ctx, ctx.spec.vfio_manager, field="spec.vfioManager", volumes=volumes)]
     return _simple(ctx, op, init=init, volumes=volumes)
 
 
 def _sandbox_plugin(ctx: RenderContext, state: str) -> list[JSON]:
     op = operand(state)
+    if nvidia_contract(ctx, op):
+        body, _ = nvidia_sandbox.sandbox_device_plugin(ctx, op, kata=state == "state-kata-device-plugin")
+        return [*_accounts(ctx, op, nvidia=True), nvidia_daemonset(ctx, op, body)]
     volumes = Volumes()
     plugins = f"{ctx.kubelet_dir}/device-plugins"
     mounts = [mount(volumes.host("device-plugins", plugins, kind="Directory"), "/var/lib/kubelet/device-plugins")]
@@ -160,6 +203,9 @@ def render_kata_device_plugin(ctx: RenderContext) -> list[JSON]:
 
 def render_cc_manager(ctx: RenderContext) -> list[JSON]:
     op = operand("state-cc-manager")
+    if nvidia_contract(ctx, op):
+        body, _ = nvidia_sandbox.cc_manager(ctx, op)
+        return [*_accounts(ctx, op, nvidia=True), nvidia_daemonset(ctx, op, body)]
     mode = ctx.spec.cc_manager.default_mode or "on"
     envs = [env("DEFAULT_CC_MODE", mode), env("OUTPUT_DIR", VALIDATIONS)]
     return _simple(ctx, op, envs=envs)
