@@ -10,6 +10,8 @@ follows ``driver.manager``'s own implementation.
 Differences between the two paths are the reference's §4 table: an NVIDIADriver appends ``args`` to
 ``init`` (a ClusterPolicy replaces it), adds ``NVIDIA_VISIBLE_DEVICES=void``, starts a precompiled
 probe after 5 s, never sets ``HOST_ROOT``, and mounts what the policy names into every container.
+Its ``vgpu-host-manager`` has no startup probe and no preStop hook, 120 s to stop, and the host's
+``/sys/fs/cgroup`` and ``/dev/vfio``; its container keeps the name ``nvidia-driver-ctr`` (§4 names none).
 The pod's volumes and mounts, with the per-key ConfigMap mounts, are ``drivermounts``.
 """
 
@@ -162,8 +164,8 @@ def driver_pod(
     """The pod body (init manager, driver container, side-cars, volumes) and the probe ConfigMap.
     ``manager`` builds the driver manager init container (ours or NVIDIA's) given the volumes and
     the mounts it shares with the driver."""
-    volumes = Volumes()
-    driver_volumes(ctx.root_fs, host_mofed=cfg.host_mofed, volumes=volumes)
+    volumes, vgpu_host = Volumes(), cfg.driver_type == "vgpu-host-manager"
+    driver_volumes(ctx.root_fs, host_mofed=cfg.host_mofed, volumes=volumes, vgpu_host=vgpu_host)
     classic = _classic(cfg)
     base = [field_env("NODE_NAME", "spec.nodeName"), field_env("NODE_IP", "status.hostIP")]
     if cfg.kernel_module_type:
@@ -178,7 +180,7 @@ def driver_pod(
     args = ["init", *(cfg.args or [])] if not classic else (list(cfg.args) if cfg.args else ["init"])
     family = package_family(os_tag) if os_tag else "apt"
     extra = spec_mounts(ctx, cfg, volumes, family=family)
-    mounts = [*driver_mounts(), *extra.driver]
+    mounts = [*driver_mounts(vgpu_host=vgpu_host), *extra.driver]
     main = nv_container(
         name="nvidia-driver-ctr",
         image=image.reference,
@@ -192,8 +194,9 @@ def driver_pod(
     )
     if cfg.secret_env and ctx.require("Secret", cfg.secret_env, field=f"{cfg.field}.secretEnv"):
         main["envFrom"] = [{"secretRef": {"name": cfg.secret_env}}]
-    main["startupProbe"] = _probe(cfg)
-    main["lifecycle"] = {"preStop": {"exec": {"command": ["/bin/sh", "-c", f"rm -f {READY} {DAEMONS}"]}}}
+    if not vgpu_host:  # the vGPU host manager has neither (§4)
+        main["startupProbe"] = _probe(cfg)
+        main["lifecycle"] = {"preStop": {"exec": {"command": ["/bin/sh", "-c", f"rm -f {READY} {DAEMONS}"]}}}
     containers = [main]
     if cfg.rdma:
         peer_mounts = [
@@ -247,6 +250,8 @@ def driver_pod(
     for c in (init, main):
         c.setdefault("env", []).append(env("DRIVER_CONFIG_DIGEST", digest))
     pod: JSON = {"hostPID": True, "initContainers": [init], "containers": containers, "volumes": volumes.listing()}
+    if vgpu_host:
+        pod["terminationGracePeriodSeconds"] = 120
     pod["affinity"] = _anti_affinity(classic)
     secrets = cfg.pull_secret_names()
     if secrets:

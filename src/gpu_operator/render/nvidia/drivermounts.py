@@ -1,6 +1,7 @@
 """Volumes and mounts of NVIDIA's driver pod (reference §3.4, §3.5, §4 "extra mounts").
 
-The fixed host paths every driver pod mounts, and what the policy names: kernel module parameters
+The fixed host paths every driver pod mounts (a vGPU host manager also the host's cgroups and
+``/dev/vfio``, §4), and what the policy names: kernel module parameters
 (``kernelModuleConfig``), package repositories (``repoConfig``), CA certificates (``certConfig``),
 licensing and the virtual topology.
 
@@ -37,14 +38,16 @@ KERNEL_MODULE_DIR = "/drivers"
 KERNEL_MODULE_FALLBACK = "/drivers/kernel-module-config"
 LICENSING_PATHS = ("/drivers/gridd.conf", "/drivers/ClientConfigToken/client_configuration_token.tok")
 TOPOLOGY_PATH = "/etc/nvidia/nvidia-topologyd.conf"
+#: Volume name and host path (mounted at the same path) a ``vgpu-host-manager`` driver adds (§4).
+VGPU_HOST_PATHS = (("cgroup", "/sys/fs/cgroup"), ("vfio", "/dev/vfio"))
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 #: Volume names the driver pod may add after the ConfigMap volumes: a ConfigMap so named gets another.
 _ADDED_LATER = frozenset({"licensing-config", "topology-config", "mlnx-drivers"})
 
 
-def driver_volumes(root_fs: str, *, host_mofed: bool, volumes: Volumes) -> None:
-    """The fixed volumes of the pod (§3.4)."""
+def driver_volumes(root_fs: str, *, host_mofed: bool, volumes: Volumes, vgpu_host: bool = False) -> None:
+    """The fixed volumes of the pod (§3.4); ``vgpu_host``: an NVIDIADriver's ``vgpu-host-manager`` (§4)."""
     volumes.host("run-nvidia", "/run/nvidia")
     volumes.host("var-log", "/var/log", kind=None)
     volumes.host("dev-log", "/dev/log", kind=None)
@@ -60,10 +63,14 @@ def driver_volumes(root_fs: str, *, host_mofed: bool, volumes: Volumes) -> None:
     volumes.host("host-sys-devices-system", "/sys/devices/system", kind="Directory")
     volumes.host("nv-firmware", "/run/nvidia/driver/lib/firmware")
     volumes.config_map("driver-startup-probe-script", PROBE_CONFIG_MAP, mode=0o755)
+    if vgpu_host:  # the reference gives these two no hostPath type, so none is set
+        for name, path in VGPU_HOST_PATHS:
+            volumes.host(name, path, kind=None)
 
 
-def driver_mounts() -> list[JSON]:
-    """The fixed mounts of ``nvidia-driver-ctr`` (§3.4)."""
+def driver_mounts(*, vgpu_host: bool = False) -> list[JSON]:
+    """The fixed mounts of ``nvidia-driver-ctr`` (§3.4), with the vGPU host manager's two (§4)."""
+    extra = [mount(name, path) for name, path in VGPU_HOST_PATHS] if vgpu_host else []
     return [
         mount("run-nvidia", "/run/nvidia", propagation=BIDI),
         mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
@@ -77,6 +84,7 @@ def driver_mounts() -> list[JSON]:
         mount("host-sys-devices-system", "/sys/devices/system"),
         mount("nv-firmware", "/lib/firmware"),
         mount("driver-startup-probe-script", PROBE_SCRIPT, read_only=True) | {"subPath": "startup-probe.sh"},
+        *extra,
     ]
 
 
