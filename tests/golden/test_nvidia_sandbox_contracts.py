@@ -4,8 +4,8 @@ A sandbox policy naming NVIDIA's images renders the vGPU manager, vGPU device ma
 KubeVirt and Kata sandbox device plugins, CC manager and sandbox validator with NVIDIA's container
 names and order, commands and args, env (name and value source), volumes and mount paths, preStop
 hooks, grace periods and host namespaces. Where §14 is silent, the values pinned here are the
-assumptions ``render/nvidia/sandbox.py`` documents. A section naming no image, or forcing
-``implementation: agent``, still runs our agent.
+assumptions ``render/nvidia/sandbox.py`` and ``render/nvidia/vmhost.py`` document. A section naming no
+image, or forcing ``implementation: agent``, still runs our agent.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy
-from gpu_operator.names.keys import IMPLEMENTATION
+from gpu_operator.names.keys import IMPLEMENTATION, OS_ID, OS_VERSION
 from gpu_operator.render import OperatorSettings, StateManifests, render
 from gpu_operator.render.context import RenderContext
 from gpu_operator.render.facts import ClusterFacts
@@ -47,6 +47,7 @@ FACTS = ClusterFacts(namespace="gpu-operator", gpu_node_count=1, os_tag="ubuntu2
 H2C, BIDI = "HostToContainer", "Bidirectional"
 VALIDATIONS = "/run/nvidia/validations"
 NODE = ("field", "spec.nodeName")
+UBUNTU = {OS_ID: "ubuntu", OS_VERSION: "22.04"}
 NAMESPACE = ("field", "metadata.namespace")
 
 
@@ -110,12 +111,13 @@ def _driver_manager(pod: dict[str, Any]) -> None:
 def test_vgpu_manager() -> None:
     ds = _ds(SANDBOX, "state-vgpu-manager")
     assert ds["metadata"]["annotations"][IMPLEMENTATION] == "nvidia"
-    assert ds["metadata"]["name"] == "nvidia-vgpu-manager-daemonset"
+    # One DaemonSet per OS of the GPU nodes: test_nvidia_vgpu_manager_pools.py.
+    assert ds["metadata"]["name"] == "nvidia-vgpu-manager-daemonset-ubuntu22.04"
     assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"  # OnDelete is the driver's only (§1.2)
     pod = ds["spec"]["template"]["spec"]
     assert _names(pod) == (["k8s-driver-manager"], ["nvidia-vgpu-manager-ctr"])
     assert (pod["hostPID"], pod["hostIPC"], pod["terminationGracePeriodSeconds"]) == (True, True, 120)
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.deploy.vgpu-manager": "true"}
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.deploy.vgpu-manager": "true", **UBUNTU}
     assert "runtimeClassName" not in pod
     _driver_manager(pod)
     main = _c(pod, "nvidia-vgpu-manager-ctr")

@@ -9,8 +9,9 @@ like the driver; the sandbox validator checks, per enabled operand, ``vfio-pci``
 and ``vgpu-devices`` as init containers.
 
 A section naming an image other than ours runs NVIDIA's contract instead (``render.implementations``,
-``render.nvidia.sandbox``); the sandbox validator follows ``validator``, and the driver-manager init
-of the vGPU and vfio managers follows ``<section>.driverManager``.
+``render.nvidia.sandbox`` and ``render.nvidia.vmhost``); the sandbox validator follows ``validator``,
+and the driver-manager init of the vGPU and vfio managers follows ``<section>.driverManager``.
+NVIDIA's vGPU manager image tagged by OS gets one DaemonSet per OS of the GPU nodes, as the driver.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_operator.api.defaults import is_enabled
+from gpu_operator.names.keys import NODE_OS_VERSION
 from gpu_operator.render.catalog import DRIVER_MANAGER, Operand, operand
 from gpu_operator.render.context import RenderContext, source_of
 from gpu_operator.render.images import needs_os_tag
 from gpu_operator.render.implementations import Kind
 from gpu_operator.render.meta import JSON, config_map
 from gpu_operator.render.nvidia import sandbox as nvidia_sandbox
+from gpu_operator.render.nvidia import vmhost as nvidia_vmhost
 from gpu_operator.render.operands import main_container, nvidia_contract, nvidia_daemonset, pod
 from gpu_operator.render.pods import (
     VALIDATIONS,
@@ -71,7 +74,7 @@ def _manager(ctx: RenderContext, section: Any, *, field: str, volumes: Volumes) 
     """The driver-manager init beside NVIDIA's vGPU or vfio manager: NVIDIA's or ours, by its own section."""
     manager = getattr(section, "driver_manager", None)
     if ctx.implementation(manager, field=f"{field}.driverManager", env_var=DRIVER_MANAGER[2]).nvidia:
-        return nvidia_sandbox.driver_manager(ctx, section, field=field, volumes=volumes)
+        return nvidia_vmhost.driver_manager(ctx, section, field=field, volumes=volumes)
     return _driver_manager(ctx, section, field=field, volumes=volumes)
 
 
@@ -92,19 +95,50 @@ def _simple(
     return [*_accounts(ctx, op, nvidia=False), daemonset(ctx, op, pod=body, on_delete=on_delete)]
 
 
+def _nvidia_vgpu_manager(ctx: RenderContext, op: Operand, *, os_tag: str | None, **daemonset: Any) -> JSON:
+    """One DaemonSet of NVIDIA's vGPU manager, its image tagged for ``os_tag`` (None: the image as named)."""
+    volumes = Volumes()
+    manager = _manager(ctx, ctx.spec.vgpu_manager, field="spec.vgpuManager", volumes=volumes)
+    body, _ = nvidia_vmhost.vgpu_manager(ctx, op, manager=manager, volumes=volumes, os_tag=os_tag)
+    # Upstream's OnDelete is for the driver's DaemonSets only (§1.2): this one follows daemonsets.updateStrategy.
+    return nvidia_daemonset(ctx, op, body, **daemonset)
+
+
+def _nvidia_vgpu_managers(ctx: RenderContext, op: Operand) -> list[JSON]:
+    """NVIDIA's vGPU manager as the driver is rendered (``render_driver``): an image tagged by OS gets one
+    DaemonSet per OS tag of the GPU nodes, ``<name>-<osTag>``, whose node selector adds the pool's OS labels
+    and which carries ``nvidia.com/node.os-version``, so each node runs the image built for its OS (NVIDIA's
+    operator renders one, tagged for whichever GPU node it lists first); an image that serves every OS (a
+    digest, a full reference) keeps the single DaemonSet."""
+    rbac = _accounts(ctx, op, nvidia=True)
+    if not needs_os_tag(source_of(ctx.spec.vgpu_manager)):
+        return [*rbac, _nvidia_vgpu_manager(ctx, op, os_tag=None)]
+    if not ctx.facts.os_pools:
+        ctx.notes.append("the vGPU manager image is tagged per OS and no GPU node reports its OS yet; no DaemonSet")
+        return rbac
+    daemonsets = [
+        _nvidia_vgpu_manager(
+            ctx,
+            op,
+            os_tag=os_tag,
+            name=f"{op.daemonset}-{os_tag}"[:63].rstrip("-."),
+            node_selector={**op.node_selector, **os_labels},
+            labels={NODE_OS_VERSION: os_tag},
+        )
+        for os_tag, os_labels in sorted(ctx.facts.os_pools.items())
+    ]
+    # Every pool asks the same questions: report each note and missing reference once.
+    ctx.notes[:] = list(dict.fromkeys(ctx.notes))
+    ctx.missing[:] = list(dict.fromkeys(ctx.missing))
+    return [*rbac, *daemonsets]
+
+
 def render_vgpu_manager(ctx: RenderContext) -> list[JSON]:
     op = operand("state-vgpu-manager")
     spec = ctx.spec.vgpu_manager
-    volumes = Volumes()
     if nvidia_contract(ctx, op):
-        rbac = _accounts(ctx, op, nvidia=True)
-        if needs_os_tag(source_of(spec)) and not ctx.facts.os_tag:
-            ctx.notes.append("the vGPU manager image is tagged per OS and no GPU node reports its OS yet; no DaemonSet")
-            return rbac
-        manager = _manager(ctx, spec, field="spec.vgpuManager", volumes=volumes)
-        body, _ = nvidia_sandbox.vgpu_manager(ctx, op, manager=manager, volumes=volumes)
-        # Upstream's OnDelete is for the driver's DaemonSets only (§1.2): this one follows daemonsets.updateStrategy.
-        return [*rbac, nvidia_daemonset(ctx, op, body)]
+        return _nvidia_vgpu_managers(ctx, op)
+    volumes = Volumes()
     init = [_driver_manager(ctx, spec, field="spec.vgpuManager", volumes=volumes)]
     mounts = [mount(volumes.host("run-nvidia", "/run/nvidia"), "/run/nvidia", propagation="Bidirectional")]
     kmc = spec.kernel_module_config.name if spec.kernel_module_config else None
@@ -175,7 +209,7 @@ def render_vfio_manager(ctx: RenderContext) -> list[JSON]:
     volumes = Volumes()
     if nvidia_contract(ctx, op):
         manager = _manager(ctx, ctx.spec.vfio_manager, field="spec.vfioManager", volumes=volumes)
-        body, _ = nvidia_sandbox.vfio_manager(ctx, op, manager=manager, volumes=volumes)
+        body, _ = nvidia_vmhost.vfio_manager(ctx, op, manager=manager, volumes=volumes)
         return [*_accounts(ctx, op, nvidia=True), nvidia_daemonset(ctx, op, body)]
     init = [_driver_manager(ctx, ctx.spec.vfio_manager, field="spec.vfioManager", volumes=volumes)]
     return _simple(ctx, op, init=init, volumes=volumes)
