@@ -153,3 +153,19 @@ def test_volume_names_are_dns_labels_and_never_take_another_volume() -> None:
     volumes.config_map("kmod-params", "kmod-params")
     assert volume_name("kmod-params", volumes) == "kmod-params"  # the same ConfigMap shares its volume
     assert volume_name("a.b", volumes) != volume_name("a-b", volumes)
+
+
+def test_a_missing_config_map_is_reported_once_for_all_os_pools() -> None:
+    # One driver DaemonSet per OS pool: each meets the same missing ConfigMap, reported once.
+    policy = ClusterPolicy.model_validate({
+        "metadata": {"name": "p"},
+        "spec": {"driver": {"repository": NV, "image": "driver", "version": "595.91.07",
+                            "kernelModuleConfig": {"name": "absent-kmod"}}},
+    })  # fmt: skip
+    pools = {"ubuntu22.04": {f"{NFD}system-os_release.ID": "ubuntu"}, "rhel9": {f"{NFD}system-os_release.ID": "rhel"}}
+    facts = _facts({}, os_pools=pools)
+    (driver,) = [
+        s for s in render(policy, facts, operator=OperatorSettings(agent_image=AGENT)) if s.name == "state-driver"
+    ]
+    assert len([o for o in driver.objects if o["kind"] == "DaemonSet"]) == 2
+    assert [(m.kind, m.name) for m in driver.missing] == [("ConfigMap", "absent-kmod")]

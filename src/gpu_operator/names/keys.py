@@ -34,7 +34,7 @@ DRIVER_CR = "nvidia.com/gpu-operator.driver"  # a driver DaemonSet's NVIDIADrive
 DRIVER_OWNER = "nvidia.com/gpu-operator.driver.owner"  # node label: the NVIDIADriver that drives it
 #: DaemonSet annotation: "agent" (this operator's agent) or "nvidia" (NVIDIA's image, NVIDIA's contract).
 IMPLEMENTATION = "nvidia.com/gpu-operator.implementation"
-NODE_OS_VERSION = "nvidia.com/node.os-version"  # driver DaemonSet label: the OS tag its image is built for
+NODE_OS_VERSION = "nvidia.com/node.os-version"  # per-OS DaemonSet label (driver, vGPU manager): its image's OS tag
 
 # --- Device plugin, MIG manager -------------------------------------------------------------------
 DEVICE_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"

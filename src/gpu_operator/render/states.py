@@ -241,8 +241,9 @@ def render(policy: ClusterPolicy, facts: ClusterFacts, *, operator: OperatorSett
                 name=state,
                 enabled=True,
                 objects=tuple(objects),
-                missing=tuple(ctx.missing),
-                notes=tuple(ctx.notes),
+                # A state rendering one DaemonSet per OS pool meets the same reference once per pool.
+                missing=tuple(dict.fromkeys(ctx.missing)),
+                notes=tuple(dict.fromkeys(ctx.notes)),
                 refused=tuple(ctx.refusals),
             )
         )
