@@ -16,13 +16,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
 
 from gpu_operator.agents.programs import PROGRAMS
 from gpu_operator.kube.restclient import ClusterAccess
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.sim.control.simulator import Simulator
 from gpu_operator.sim.kubelet.node import NodeOptions
+from gpu_operator.sim.programs.agents import agent_registry
 from gpu_operator.sim.programs.programs import Program
+from gpu_operator.sim.programs.standins import PROGRAM_PREFIX
 from gpu_operator.sim.programs.standins import programs as standin_programs
 
 #: The operand agents the operator's DaemonSets run (``gpu-operator agent NAME``), from the one table.
@@ -72,3 +76,23 @@ def sim_program(simulator: Simulator) -> Iterator[SimProgramFactory]:
     finally:
         for name in registered:
             simulator.registry.unregister_program(name)
+
+
+def register_operand_agents(sim_program: SimProgramFactory) -> None:
+    """Our operand agents for one test; the session simulator already has NVIDIA's stand-ins."""
+    registry = agent_registry()
+    assert any(n.startswith(PROGRAM_PREFIX) for n in registry.names())
+    for name in OPERAND_AGENTS:
+        spec = registry.get(name)
+        assert spec is not None
+        sim_program(name, spec.entrypoint)
+
+
+def explain_pods(client: Client, namespace: str) -> str:
+    """Each container of the namespace's pods, Ready or not and its state: what a failed wait shows."""
+    lines = []
+    for pod in client.list(Pod, namespace=namespace):
+        status = pod.to_dict().get("status") or {}
+        for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+            lines.append(f"{pod.metadata.name}/{c['name']}: ready={c.get('ready')} {c.get('state')}")  # type: ignore[union-attr]
+    return "\n".join(lines)

@@ -23,7 +23,7 @@ import yaml
 from click.testing import CliRunner
 from lightkube import Client, codecs
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from gpu_operator.cli.main import cli
@@ -32,11 +32,9 @@ from gpu_operator.localcluster.binaries import locate_binaries
 from gpu_operator.localcluster.tools import component_env
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.names.keys import IMPLEMENTATION
-from gpu_operator.sim.programs.agents import agent_registry
-from gpu_operator.sim.programs.standins import PROGRAM_PREFIX
 from tests.conftest import REPO
 from tests.integration.conftest_operator import OperatorThread
-from tests.integration.conftest_sim import OPERAND_AGENTS, SimNodesFactory, SimProgramFactory
+from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory, explain_pods, register_operand_agents
 
 JSON = dict[str, Any]
 VALUES = REPO / "tests" / "data" / "upstream" / "values-v26.7.yaml"
@@ -57,30 +55,11 @@ def _state(client: Client) -> str | None:
     return (obj.get("status") or {}).get("state")
 
 
-def _explain(client: Client, namespace: str) -> str:
-    lines = []
-    for pod in client.list(Pod, namespace=namespace):
-        status = pod.to_dict().get("status") or {}
-        for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
-            lines.append(f"{pod.metadata.name}/{c['name']}: ready={c.get('ready')} {c.get('state')}")  # type: ignore[union-attr]
-    return "\n".join(lines)
-
-
 def _wait(client: Client, namespace: str, check: Callable[[], bool], what: str, timeout: float) -> None:
     try:
         wait_for(check, timeout=timeout, describe=what)
     except Exception as error:
-        raise AssertionError(f"{error}\n{_explain(client, namespace)}") from error
-
-
-def _register(sim_program: SimProgramFactory) -> None:
-    """Our agents for this test; the session simulator always has the stand-ins (conftest_sim)."""
-    registry = agent_registry()
-    assert any(n.startswith(PROGRAM_PREFIX) for n in registry.names())
-    for name in OPERAND_AGENTS:
-        spec = registry.get(name)
-        assert spec is not None
-        sim_program(name, spec.entrypoint)
+        raise AssertionError(f"{error}\n{explain_pods(client, namespace)}") from error
 
 
 @pytest.mark.timeout(480)
@@ -91,7 +70,7 @@ def test_upstream_values_run_nvidia_images_to_ready(
     sim_nodes: SimNodesFactory,
     sim_program: SimProgramFactory,
 ) -> None:
-    _register(sim_program)
+    register_operand_agents(sim_program)
     dgx, l4 = sim_nodes("dgx-h100:1,pcie-l4:1")
     policy = _chart_policy(VALUES)
     client.create(codecs.from_dict(policy))

@@ -22,7 +22,7 @@ import yaml
 from click.testing import CliRunner
 from lightkube import Client, codecs
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy
@@ -35,11 +35,9 @@ from gpu_operator.kube.api import ClusterPolicyResource, NVIDIADriverResource
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.names.keys import IMPLEMENTATION
 from gpu_operator.sim.control.simulator import Simulator
-from gpu_operator.sim.programs.agents import agent_registry
-from gpu_operator.sim.programs.standins import PROGRAM_PREFIX
 from tests.conftest import REPO
 from tests.integration.conftest_operator import OperatorThread
-from tests.integration.conftest_sim import OPERAND_AGENTS, SimNodesFactory, SimProgramFactory
+from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory, explain_pods, register_operand_agents
 
 JSON = dict[str, Any]
 UPSTREAM = REPO / "tests" / "data" / "upstream"
@@ -169,12 +167,8 @@ def _sets(client: Client, namespace: str) -> dict[str, JSON]:
 
 
 def _explain(client: Client, namespace: str) -> str:
-    lines = [f"{POLICY}: {_status(client, ClusterPolicyResource, POLICY).get('conditions')}"]
-    for pod in client.list(Pod, namespace=namespace):
-        status = pod.to_dict().get("status") or {}
-        for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
-            lines.append(f"{pod.metadata.name}/{c['name']}: ready={c.get('ready')} {c.get('state')}")  # type: ignore[union-attr]
-    return "\n".join(lines)
+    policy = f"{POLICY}: {_status(client, ClusterPolicyResource, POLICY).get('conditions')}"
+    return f"{policy}\n{explain_pods(client, namespace)}"
 
 
 def _wait(client: Client, namespace: str, check: Callable[[], bool], what: str, timeout: float) -> None:
@@ -182,16 +176,6 @@ def _wait(client: Client, namespace: str, check: Callable[[], bool], what: str, 
         wait_for(check, timeout=timeout, describe=what)
     except Exception as error:
         raise AssertionError(f"{error}\n{_explain(client, namespace)}") from error
-
-
-def _register(sim_program: SimProgramFactory) -> None:
-    """Our operand agents for this test; the session simulator already has NVIDIA's stand-ins."""
-    registry = agent_registry()
-    assert any(n.startswith(PROGRAM_PREFIX) for n in registry.names())
-    for name in OPERAND_AGENTS:
-        spec = registry.get(name)
-        assert spec is not None
-        sim_program(name, spec.entrypoint)
 
 
 def _assert_stored(client: Client, resource: Any, name: str, path: Path) -> None:
@@ -222,7 +206,7 @@ def test_upstream_samples_reach_ready_on_simulated_nodes(
     sim_nodes: SimNodesFactory,
     sim_program: SimProgramFactory,
 ) -> None:
-    _register(sim_program)
+    register_operand_agents(sim_program)
     nodes = sim_nodes("dgx-h100:1,pcie-l4:1")
 
     # The sample policy as it is: stored with every field it sets, our agents for every operand, ready.
