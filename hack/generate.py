@@ -1,6 +1,7 @@
 """Regenerate the generated files: the chart's CRDs (copied from deploy/crds), the operator's RBAC
-template (from src/gpu_operator/render/rbac.py), the CRD hook Jobs' rules (render/chart.py) and the configuration reference (docs/reference/
-clusterpolicy.md and nvidiadriver.md, from the CRDs).
+template (from src/gpu_operator/render/rbac.py), the CRD hook Jobs' rules (render/chart.py) and the
+reference (docs/reference/ clusterpolicy.md and nvidiadriver.md, from the CRDs; exporter-fields.md,
+from the exporter's field table).
 
 Run after `gpu-operator crds --output-dir deploy/crds` (``make generate`` does both). With ``--check``
 nothing is written and the exit status is 1 when a file would change (the golden tests check the
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from gpu_operator.agents.exporter.fieldsdoc import fields_markdown
 from gpu_operator.api.fieldpaths import parse_facts, spec_fields
 from gpu_operator.render.chart import crd_hook_rules_template, rbac_template
 from gpu_operator.render.reference import DRIVER_OWNERS, POLICY_OWNERS, reference_markdown
@@ -48,6 +50,7 @@ def expected_files() -> dict[Path, str]:
     files[CHART / "templates" / "rbac.yaml"] = rbac_template()
     files[CHART / "templates" / "_crd-hook-rules.tpl"] = crd_hook_rules_template()
     files.update(reference_pages())
+    files[DOCS / "exporter-fields.md"] = fields_markdown()
     return files
 
 

@@ -21,16 +21,25 @@
  *   device.N.{name,uuid,serial,board_part_number,pci_bus_id,pci_device_id,memory_mib,reserved_mib,
  *             cc (e.g. 9.0),arch,numa_node,minor,mig_capable,mig_mode,mig_reset_required,power_mw,
  *             temperature,memory_temperature,utilization,sm_clock,mem_clock,energy_mj,nvlink}
+ *   device.N.pci_class = 24-bit PCI class (0x030200); device.N.fabric = state,status,cluster-uuid,clique
  *   device.N.nvlink = comma-separated PCI bus ids at the far end of each active link
+ *   device.N.tel.{mem_util,fb_used_mib,enc_util,dec_util,pcie_replays,pcie_tx_kbps,pcie_rx_kbps,ecc_sbe,clock_events,
+ *                 virtualization_mode,vgpu_licensed,gpm (1: GPM supported),gpm.<NVML_GPM_METRIC_* id> (percent),
+ *                 nvlink_kib (tx,rx: NVLink throughput counters), remapped_rows (cor,unc,pending,failure)}:
+ *     readings a GPU gives only when configured (memory_temperature likewise), as a GDDR part has no
+ *     memory sensor and a GPU before Hopper no GPM
  *   device.N.gi_profile.P = id,slices,instances,memory_mib,sms,copy,dec,enc,jpeg,ofa (P: NVML index)
  *   topology.A.B = nvmlGpuTopologyLevel_t value (default NVML_TOPOLOGY_SYSTEM)
  *   event.xid = N:XID   (delivered to the first event set that registers GPU N for XID events)
  *
  * Faults at run time, across processes: lines appended to fake-nvml.faults beside the config file,
  * read on each device count and during event waits (at most FAULT_POLL_MS late):
- *   xid <uuid> <code>   an XID event (79, "fallen off the bus", also makes the GPU lost)
+ *   xid <uuid> <code>   an XID event (79, "fallen off the bus", also makes the GPU lost); it sets the
+ *                       GPU's recovery action (field 230) as the driver would, see XID_ACTIONS
  *   lost <uuid>         the GPU stops answering;  recover <uuid>: it answers again
- * A process that starts later applies the lost/recover state but not old XID events.
+ *   reset <uuid>        the GPU was reset: its recovery action goes back to NONE (fakeNvmlResetGpu,
+ *                       which nvidia-smi -r calls, appends this line, so every process sees the reset)
+ * A process that starts later applies the lost/recover state and recovery actions but not old XID events.
  * Tests drive faults through extra exported functions (not part of NVML): fakeNvmlInjectXid,
  * fakeNvmlSetLost, fakeNvmlResetGpu, fakeNvmlSetUtilization. All state sits behind one mutex; event
  * waits block on a condition variable, so an injected XID wakes a waiting thread at once.
@@ -52,6 +61,7 @@
 #define MAX_DEVICES 16
 #define MAX_PROFILES 32
 #define MAX_GI 8
+#define MAX_CI 8
 #define MAX_LINKS 36
 #define MAX_SETS 8
 #define QUEUE_LEN 64
@@ -59,9 +69,9 @@
 #define FAULT_POLL_MS 200
 #define PATH_LEN 4096
 
-struct nvmlDevice_st { unsigned dev; int mig; unsigned slot; };
+struct nvmlDevice_st { unsigned dev; int mig; unsigned slot, ci; }; /* MIG: GPU instance slot, CI slot */
 struct nvmlGpuInstance_st { unsigned dev; unsigned slot; };
-struct nvmlComputeInstance_st { unsigned dev; unsigned slot; };
+struct nvmlComputeInstance_st { unsigned dev; unsigned slot, ci; };
 struct nvmlEventSet_st { unsigned id; };
 
 typedef struct {
@@ -70,10 +80,26 @@ typedef struct {
     unsigned long long memory_mib;
 } profile_t;
 
+/* Readings beyond the basic ones, each with whether this GPU can give it at all (has_*). */
 typedef struct {
-    int used, has_ci;
-    unsigned id, profile, ci_profile; /* profile: NVML index into profiles[] */
+    int has_mem_temp, has_mem_util, has_remap, has_nvlink, has_fb_used, gpm, virt_mode, vgpu_licensed;
+    unsigned long long fb_used_mib;
+    unsigned mem_util, enc_util, dec_util, pcie_replays, pcie_tx_kbps, pcie_rx_kbps;
+    unsigned remap_cor, remap_unc, remap_pending, remap_failure;
+    unsigned long long sbe, nvlink_tx_kib, nvlink_rx_kib, clock_events;
+    double gpm_pct[NVML_GPM_METRIC_MAX];
+} telemetry_t;
+
+typedef struct { /* a compute instance: one MIG device */
+    int used;
+    unsigned id, profile; /* profile: NVML_COMPUTE_INSTANCE_PROFILE_* index */
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+} ci_t;
+
+typedef struct {
+    int used;
+    unsigned id, profile; /* profile: NVML index into profiles[] */
+    ci_t cis[MAX_CI];
 } gi_t;
 
 typedef struct {
@@ -84,6 +110,12 @@ typedef struct {
     int cc_major, cc_minor, arch, numa, minor;
     int mig_capable, mig_cur, mig_pend, mig_reset_required, lost;
     unsigned power_mw, temp, mem_temp, util, sm_clock, mem_clock, generation, next_gi_id;
+    unsigned recovery_action; /* nvmlDeviceGpuRecoveryAction_t the driver asks for (field 230) */
+    unsigned pci_class; /* 24-bit PCI class (0x030200: 3D controller); 0: nvmlDeviceGetPciInfoExt unsupported */
+    int fabric; /* nvmlDeviceGetGpuFabricInfo answers (else NOT_SUPPORTED) */
+    unsigned fabric_state, fabric_status, fabric_clique;
+    unsigned char fabric_cluster[NVML_GPU_FABRIC_UUID_LEN];
+    telemetry_t tel;
     int n_links;
     char links[MAX_LINKS][NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
     profile_t profiles[MAX_PROFILES];
@@ -124,9 +156,9 @@ static char g_faults[PATH_LEN]; /* the faults file beside the config; "" when th
 static long g_faults_offset;
 static void poll_faults(int replay);
 static struct nvmlDevice_st g_phys[MAX_DEVICES];
-static struct nvmlDevice_st g_mig[MAX_DEVICES][MAX_GI];
+static struct nvmlDevice_st g_mig[MAX_DEVICES][MAX_GI][MAX_CI];
 static struct nvmlGpuInstance_st g_gi_handles[MAX_DEVICES][MAX_GI];
-static struct nvmlComputeInstance_st g_ci_handles[MAX_DEVICES][MAX_GI];
+static struct nvmlComputeInstance_st g_ci_handles[MAX_DEVICES][MAX_GI][MAX_CI];
 static struct nvmlEventSet_st g_set_handles[MAX_SETS];
 static event_set g_sets[MAX_SETS];
 
@@ -138,6 +170,43 @@ static void copy_field(char *dst, size_t size, const char *src) {
 
 static void parse_bus(const char *text, unsigned *domain, unsigned *bus, unsigned *device) {
     if (sscanf(text, "%x:%x:%x", domain, bus, device) != 3) { *domain = 0; *bus = 0; *device = 0; }
+}
+
+/* device.N.tel.<key>: the readings of telemetry_t; a GPU without a key cannot give that reading. */
+static void set_telemetry(telemetry_t *t, const char *key, const char *value) {
+    unsigned long long v = strtoull(value, NULL, 0);
+    unsigned metric;
+    if (!strcmp(key, "mem_util")) { t->mem_util = (unsigned)v; t->has_mem_util = 1; }
+    else if (!strcmp(key, "fb_used_mib")) { t->fb_used_mib = v; t->has_fb_used = 1; }
+    else if (!strcmp(key, "enc_util")) t->enc_util = (unsigned)v;
+    else if (!strcmp(key, "dec_util")) t->dec_util = (unsigned)v;
+    else if (!strcmp(key, "pcie_replays")) t->pcie_replays = (unsigned)v;
+    else if (!strcmp(key, "pcie_tx_kbps")) t->pcie_tx_kbps = (unsigned)v;
+    else if (!strcmp(key, "pcie_rx_kbps")) t->pcie_rx_kbps = (unsigned)v;
+    else if (!strcmp(key, "ecc_sbe")) t->sbe = v;
+    else if (!strcmp(key, "clock_events")) t->clock_events = v;
+    else if (!strcmp(key, "virtualization_mode")) t->virt_mode = (int)v;
+    else if (!strcmp(key, "vgpu_licensed")) t->vgpu_licensed = (int)v;
+    else if (!strcmp(key, "nvlink_kib")) {
+        t->has_nvlink = sscanf(value, "%llu,%llu", &t->nvlink_tx_kib, &t->nvlink_rx_kib) == 2;
+    } else if (!strcmp(key, "remapped_rows")) {
+        t->has_remap = sscanf(value, "%u,%u,%u,%u", &t->remap_cor, &t->remap_unc, &t->remap_pending, &t->remap_failure) == 4;
+    } else if (!strcmp(key, "gpm")) t->gpm = (int)v;
+    else if (sscanf(key, "gpm.%u", &metric) == 1 && metric < NVML_GPM_METRIC_MAX) t->gpm_pct[metric] = strtod(value, NULL);
+}
+
+/* device.N.fabric = state,status,cluster-uuid,clique (uuid: 32 hex digits, dashes allowed) */
+static void parse_fabric(fake_dev *d, const char *value) {
+    char uuid[64] = "";
+    memset(d->fabric_cluster, 0, sizeof d->fabric_cluster);
+    d->fabric = sscanf(value, "%u,%u,%63[^,],%u", &d->fabric_state, &d->fabric_status, uuid, &d->fabric_clique) == 4;
+    unsigned n = 0;
+    for (const char *c = uuid; *c && n < 2 * NVML_GPU_FABRIC_UUID_LEN; c++) {
+        if (*c == '-') continue;
+        char digit[2] = {*c, 0};
+        d->fabric_cluster[n / 2] |= (unsigned char)(strtoul(digit, NULL, 16) << (n % 2 ? 0 : 4));
+        n++;
+    }
 }
 
 static void set_device_key(fake_dev *d, const char *key, const char *value) {
@@ -158,11 +227,14 @@ static void set_device_key(fake_dev *d, const char *key, const char *value) {
     else if (!strcmp(key, "mig_reset_required")) d->mig_reset_required = atoi(value);
     else if (!strcmp(key, "power_mw")) d->power_mw = (unsigned)atoi(value);
     else if (!strcmp(key, "temperature")) d->temp = (unsigned)atoi(value);
-    else if (!strcmp(key, "memory_temperature")) d->mem_temp = (unsigned)atoi(value);
+    else if (!strcmp(key, "memory_temperature")) { d->mem_temp = (unsigned)atoi(value); d->tel.has_mem_temp = 1; }
+    else if (!strncmp(key, "tel.", 4)) set_telemetry(&d->tel, key + 4, value);
     else if (!strcmp(key, "utilization")) d->util = (unsigned)atoi(value);
     else if (!strcmp(key, "sm_clock")) d->sm_clock = (unsigned)atoi(value);
     else if (!strcmp(key, "mem_clock")) d->mem_clock = (unsigned)atoi(value);
     else if (!strcmp(key, "energy_mj")) d->energy_mj = strtoull(value, NULL, 0);
+    else if (!strcmp(key, "pci_class")) d->pci_class = (unsigned)strtoul(value, NULL, 0);
+    else if (!strcmp(key, "fabric")) parse_fabric(d, value);
     else if (!strcmp(key, "nvlink")) {
         char buf[2048];
         copy_field(buf, sizeof buf, value);
@@ -266,12 +338,14 @@ static nvmlReturn_t load_config(void) {
     g_shared_state = 0;
     for (unsigned i = 0; i < MAX_DEVICES; i++) {
         for (unsigned j = 0; j < MAX_DEVICES; j++) g_topology[i][j] = i == j ? NVML_TOPOLOGY_INTERNAL : NVML_TOPOLOGY_SYSTEM;
-        g_phys[i] = (struct nvmlDevice_st){i, 0, 0};
+        g_phys[i] = (struct nvmlDevice_st){i, 0, 0, 0};
         g_devs[i].next_gi_id = 1;
         for (unsigned s = 0; s < MAX_GI; s++) {
-            g_mig[i][s] = (struct nvmlDevice_st){i, 1, s};
             g_gi_handles[i][s] = (struct nvmlGpuInstance_st){i, s};
-            g_ci_handles[i][s] = (struct nvmlComputeInstance_st){i, s};
+            for (unsigned c = 0; c < MAX_CI; c++) {
+                g_mig[i][s][c] = (struct nvmlDevice_st){i, 1, s, c};
+                g_ci_handles[i][s][c] = (struct nvmlComputeInstance_st){i, s, c};
+            }
         }
     }
     char line[4096];
@@ -436,7 +510,7 @@ static nvmlReturn_t get_string(nvmlDevice_t h, int which, char *out, unsigned le
     fake_dev *d;
     nvmlReturn_t r = lookup(h, &d);
     if (r) return r;
-    if (which == 1 && h->mig) return put_string(out, length, d->gis[h->slot].uuid);
+    if (which == 1 && h->mig) return put_string(out, length, d->gis[h->slot].cis[h->ci].uuid);
     const char *values[] = {d->name, d->uuid, d->serial, d->part};
     return put_string(out, length, values[which]);
 }
@@ -466,6 +540,7 @@ static nvmlReturn_t get_memory(nvmlDevice_t h, unsigned long long *total, unsign
     *total = mib * MIB;
     *reserved = h->mig ? 0 : d->reserved_mib * MIB;
     *used = (mib - (*reserved / MIB)) * (2 + 9 * (unsigned long long)d->util) / 1000 * MIB; /* 0.2 % idle, ~90 % at full load */
+    if (d->tel.has_fb_used && !h->mig) *used = d->tel.fb_used_mib * MIB;
     return NVML_SUCCESS;
 }
 
@@ -529,10 +604,83 @@ static nvmlReturn_t get_uint(nvmlDevice_t h, int which, unsigned *out) {
 nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node) { LOCKED(get_uint(device, 2, node)); }
 nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber) { LOCKED(get_uint(device, 3, minorNumber)); }
 
+/* PCI class (gpu.mode in GFD): physical GPUs only, and only when the config names one. */
+static nvmlReturn_t pci_info_ext(nvmlDevice_t h, nvmlPciInfoExt_t *pci) {
+    fake_dev *d;
+    nvmlReturn_t r = lookup(h, &d);
+    if (r) return r;
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    if (pci->version != nvmlPciInfoExt_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (h->mig || !d->pci_class) return NVML_ERROR_NOT_SUPPORTED;
+    nvmlPciInfo_t base;
+    fill_pci(&base, d->domain, d->bus, d->device, d->pci_device_id);
+    pci->domain = base.domain;
+    pci->bus = base.bus;
+    pci->device = base.device;
+    pci->pciDeviceId = base.pciDeviceId;
+    pci->pciSubSystemId = 0;
+    pci->baseClass = (d->pci_class >> 16) & 0xFF;
+    pci->subClass = (d->pci_class >> 8) & 0xFF;
+    memcpy(pci->busId, base.busId, sizeof pci->busId);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci) { LOCKED(pci_info_ext(device, pci)); }
+
+/* NVLink fabric registration (GFD's gpu.clique): NOT_SUPPORTED unless the config gives device.N.fabric. */
+static nvmlReturn_t fabric_info(nvmlDevice_t h, nvmlGpuFabricInfo_t *info) {
+    fake_dev *d;
+    nvmlReturn_t r = lookup(h, &d);
+    if (r) return r;
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (h->mig || !d->fabric) return NVML_ERROR_NOT_SUPPORTED;
+    memcpy(info->clusterUuid, d->fabric_cluster, sizeof info->clusterUuid);
+    info->status = (nvmlReturn_t)d->fabric_status;
+    info->cliqueId = d->fabric_clique;
+    info->state = (nvmlGpuFabricState_t)d->fabric_state;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo) { LOCKED(fabric_info(device, gpuFabricInfo)); }
+
+/* A MIG device's share of its GPU: its GPU-instance profile, SMs scaled to its compute instance. */
+static nvmlReturn_t attributes(nvmlDevice_t h, nvmlDeviceAttributes_t *a) {
+    static const unsigned ci_slices[] = {1, 2, 3, 4, 7, 8, 6, 1, 7}; /* by NVML_COMPUTE_INSTANCE_PROFILE_* index */
+    fake_dev *d;
+    nvmlReturn_t r = lookup(h, &d);
+    if (r) return r;
+    if (!a) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!h->mig) return NVML_ERROR_NOT_SUPPORTED; /* as on real GPUs: MIG devices only */
+    gi_t *gi = &d->gis[h->slot];
+    if (!gi->used || !gi->cis[h->ci].used) return NVML_ERROR_NOT_FOUND;
+    profile_t *p = &d->profiles[gi->profile];
+    unsigned ci_profile = gi->cis[h->ci].profile;
+    unsigned ci = ci_profile < sizeof ci_slices / sizeof ci_slices[0] ? ci_slices[ci_profile] : p->slices;
+    memset(a, 0, sizeof *a);
+    a->multiprocessorCount = p->slices ? p->sms * ci / p->slices : 0;
+    a->sharedCopyEngineCount = p->copy;
+    a->sharedDecoderCount = p->dec;
+    a->sharedEncoderCount = p->enc;
+    a->sharedJpegCount = p->jpeg;
+    a->sharedOfaCount = p->ofa;
+    a->gpuInstanceSliceCount = p->slices;
+    a->computeInstanceSliceCount = ci;
+    a->memorySizeMB = p->memory_mib;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes_) { LOCKED(attributes(device, attributes_)); }
+
 /* ---- MIG ----------------------------------------------------------------------------------- */
 
 static void destroy_instances(fake_dev *d) {
-    for (unsigned s = 0; s < MAX_GI; s++) d->gis[s].used = d->gis[s].has_ci = 0;
+    memset(d->gis, 0, sizeof d->gis);
+}
+
+static int has_cis(const gi_t *gi) {
+    for (unsigned c = 0; c < MAX_CI; c++)
+        if (gi->cis[c].used) return 1;
+    return 0;
 }
 
 static nvmlReturn_t mig_capable(nvmlDevice_t h, fake_dev **d) {
@@ -644,9 +792,6 @@ static nvmlReturn_t create_gi(nvmlDevice_t h, unsigned profile_id, nvmlGpuInstan
     gi->used = 1;
     gi->id = d->next_gi_id++;
     gi->profile = (unsigned)p;
-    unsigned long long x = fnv(d->uuid, gi->id, ++d->generation), y = fnv(d->uuid, ~gi->id, d->generation);
-    snprintf(gi->uuid, sizeof gi->uuid, "MIG-%08x-%04x-%04x-%04x-%012llx", (unsigned)(x >> 32), (unsigned)(x >> 16) & 0xFFFF,
-             (unsigned)x & 0xFFFF, (unsigned)(y >> 48), y & 0xFFFFFFFFFFFFULL);
     *out = &g_gi_handles[h->dev][free_slot];
     mig_sync_out();
     return NVML_SUCCESS;
@@ -697,15 +842,21 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstan
 
 static const unsigned CI_SLICES[] = {1, 2, 3, 4, 7, 8, 6, 1, 7}; /* by NVML_COMPUTE_INSTANCE_PROFILE_* index */
 
+/* Whether a GPU instance of gi_slices offers compute-instance profile index ``profile``: only the plain
+ * profiles (0-6) exist here, none larger than the GPU instance, and a partial one at most about half of
+ * it (a 4g instance offers 1c and 2c, not 3c), as real GPUs do. */
+static int ci_offered(unsigned gi_slices, unsigned profile) {
+    if (profile > 6 || CI_SLICES[profile] > gi_slices) return 0;
+    return CI_SLICES[profile] == gi_slices || 2 * CI_SLICES[profile] <= gi_slices + 1;
+}
+
 static nvmlReturn_t ci_profile_info(nvmlGpuInstance_t h, unsigned profile, unsigned eng, nvmlComputeInstanceProfileInfo_t *info) {
     fake_dev *d;
     gi_t *gi;
     nvmlReturn_t r = lookup_gi(h, &d, &gi);
     if (r) return r;
     unsigned gi_slices = d->profiles[gi->profile].slices;
-    /* Only the plain profiles (indices 0-6) exist here; a CI may not be larger than its GI. */
-    if (eng != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED || profile > 6 || CI_SLICES[profile] > gi_slices)
-        return NVML_ERROR_NOT_SUPPORTED;
+    if (eng != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED || !ci_offered(gi_slices, profile)) return NVML_ERROR_NOT_SUPPORTED;
     memset(info, 0, sizeof *info);
     info->id = profile;
     info->sliceCount = CI_SLICES[profile];
@@ -716,16 +867,32 @@ static nvmlReturn_t ci_profile_info(nvmlGpuInstance_t h, unsigned profile, unsig
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_t *info) { LOCKED(ci_profile_info(gpuInstance, profile, engProfile, info)); }
 
+/* Compute instances share their GPU instance's slices: the sizes of those in use may not exceed it. */
 static nvmlReturn_t create_ci(nvmlGpuInstance_t h, unsigned profile_id, nvmlComputeInstance_t *out) {
     fake_dev *d;
     gi_t *gi;
     nvmlReturn_t r = lookup_gi(h, &d, &gi);
     if (r) return r;
-    if (profile_id > 6 || CI_SLICES[profile_id] > d->profiles[gi->profile].slices) return NVML_ERROR_INVALID_ARGUMENT;
-    if (gi->has_ci) return NVML_ERROR_INSUFFICIENT_RESOURCES; /* this fake keeps one CI per GI */
-    gi->has_ci = 1;
-    gi->ci_profile = profile_id;
-    *out = &g_ci_handles[h->dev][h->slot];
+    unsigned gi_slices = d->profiles[gi->profile].slices, used = 0, same = 0, free_slot = MAX_CI, id = 0;
+    if (!ci_offered(gi_slices, profile_id)) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned c = 0; c < MAX_CI; c++) {
+        if (!gi->cis[c].used) { if (free_slot == MAX_CI) free_slot = c; continue; }
+        used += CI_SLICES[gi->cis[c].profile];
+        same += gi->cis[c].profile == profile_id;
+    }
+    if (free_slot == MAX_CI || used + CI_SLICES[profile_id] > gi_slices || same >= gi_slices / CI_SLICES[profile_id])
+        return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    for (int taken = 1; taken; id++) { /* the lowest free ID, from 0 as in NVML */
+        taken = 0;
+        for (unsigned c = 0; c < MAX_CI; c++) taken |= gi->cis[c].used && gi->cis[c].id == id;
+        if (!taken) break;
+    }
+    ci_t *ci = &gi->cis[free_slot];
+    *ci = (ci_t){.used = 1, .id = id, .profile = profile_id};
+    unsigned long long x = fnv(d->uuid, gi->id * MAX_CI + id, ++d->generation), y = fnv(d->uuid, ~gi->id, d->generation);
+    snprintf(ci->uuid, sizeof ci->uuid, "MIG-%08x-%04x-%04x-%04x-%012llx", (unsigned)(x >> 32), (unsigned)(x >> 16) & 0xFFFF,
+             (unsigned)x & 0xFFFF, (unsigned)(y >> 48), y & 0xFFFFFFFFFFFFULL);
+    *out = &g_ci_handles[h->dev][h->slot][free_slot];
     mig_sync_out();
     return NVML_SUCCESS;
 }
@@ -739,19 +906,59 @@ static nvmlReturn_t list_cis(nvmlGpuInstance_t h, unsigned profile_id, nvmlCompu
     if (r) return r;
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     *count = 0;
-    if (gi->has_ci && gi->ci_profile == profile_id) { out[0] = &g_ci_handles[h->dev][h->slot]; *count = 1; }
+    for (unsigned c = 0; c < MAX_CI; c++)
+        if (gi->cis[c].used && gi->cis[c].profile == profile_id) out[(*count)++] = &g_ci_handles[h->dev][h->slot][c];
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstances, unsigned int *count) { LOCKED(list_cis(gpuInstance, profileId, computeInstances, count)); }
 
-static nvmlReturn_t destroy_ci(nvmlComputeInstance_t h) {
-    if (!h || h->dev >= g_count || h->slot >= MAX_GI) return NVML_ERROR_INVALID_ARGUMENT;
+static nvmlReturn_t ci_by_id(nvmlGpuInstance_t h, unsigned id, nvmlComputeInstance_t *out) {
+    fake_dev *d;
+    gi_t *gi;
+    nvmlReturn_t r = lookup_gi(h, &d, &gi);
+    if (r) return r;
+    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned c = 0; c < MAX_CI; c++)
+        if (gi->cis[c].used && gi->cis[c].id == id) { *out = &g_ci_handles[h->dev][h->slot][c]; return NVML_SUCCESS; }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id, nvmlComputeInstance_t *computeInstance) { LOCKED(ci_by_id(gpuInstance, id, computeInstance)); }
+
+/* The compute instance behind a handle, which must still exist. */
+static nvmlReturn_t lookup_ci(nvmlComputeInstance_t h, ci_t **ci) {
+    if (!h || h->dev >= g_count || h->slot >= MAX_GI || h->ci >= MAX_CI) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlReturn_t r = ready();
     if (r) return r;
     gi_t *gi = &g_devs[h->dev].gis[h->slot];
-    if (!gi->used || !gi->has_ci) return NVML_ERROR_INVALID_ARGUMENT;
-    gi->has_ci = 0;
+    if (!gi->used || !gi->cis[h->ci].used) return NVML_ERROR_INVALID_ARGUMENT;
+    *ci = &gi->cis[h->ci];
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t ci_info(nvmlComputeInstance_t h, nvmlComputeInstanceInfo_t *info) {
+    ci_t *ci;
+    nvmlReturn_t r = lookup_ci(h, &ci);
+    if (r) return r;
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g_devs[h->dev].lost) return NVML_ERROR_GPU_IS_LOST;
+    memset(info, 0, sizeof *info);
+    info->device = &g_phys[h->dev];
+    info->gpuInstance = &g_gi_handles[h->dev][h->slot];
+    info->id = ci->id;
+    info->profileId = ci->profile;
+    info->placement.size = CI_SLICES[ci->profile];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info) { LOCKED(ci_info(computeInstance, info)); }
+
+static nvmlReturn_t destroy_ci(nvmlComputeInstance_t h) {
+    ci_t *ci;
+    nvmlReturn_t r = lookup_ci(h, &ci);
+    if (r) return r;
+    ci->used = 0;
     mig_sync_out();
     return NVML_SUCCESS;
 }
@@ -763,7 +970,7 @@ static nvmlReturn_t destroy_gi(nvmlGpuInstance_t h) {
     gi_t *gi;
     nvmlReturn_t r = lookup_gi(h, &d, &gi);
     if (r) return r;
-    if (gi->has_ci) return NVML_ERROR_IN_USE;
+    if (has_cis(gi)) return NVML_ERROR_IN_USE;
     gi->used = 0;
     mig_sync_out();
     return NVML_SUCCESS;
@@ -785,10 +992,12 @@ static nvmlReturn_t mig_handle(nvmlDevice_t h, unsigned index, nvmlDevice_t *out
     fake_dev *d;
     nvmlReturn_t r = mig_capable(h, &d);
     if (r) return r;
-    unsigned n = 0;
+    unsigned n = 0; /* one MIG device per compute instance, by GPU instance slot then CI slot */
     for (unsigned s = 0; s < MAX_GI; s++) {
-        if (!d->gis[s].used || !d->gis[s].has_ci) continue;
-        if (n++ == index) { *out = &g_mig[h->dev][s]; return NVML_SUCCESS; }
+        for (unsigned c = 0; d->gis[s].used && c < MAX_CI; c++) {
+            if (!d->gis[s].cis[c].used) continue;
+            if (n++ == index) { *out = &g_mig[h->dev][s][c]; return NVML_SUCCESS; }
+        }
     }
     return NVML_ERROR_NOT_FOUND;
 }
@@ -800,7 +1009,7 @@ static nvmlReturn_t mig_ids(nvmlDevice_t h, int which, unsigned *id) {
     nvmlReturn_t r = lookup(h, &d);
     if (r) return r;
     if (!h->mig) return NVML_ERROR_INVALID_ARGUMENT;
-    *id = which == 0 ? d->gis[h->slot].id : 0;
+    *id = which == 0 ? d->gis[h->slot].id : d->gis[h->slot].cis[h->ci].id;
     return NVML_SUCCESS;
 }
 
@@ -849,8 +1058,10 @@ static nvmlReturn_t reading(nvmlDevice_t h, int which, unsigned *out) {
     if (h->mig && which <= 1) return NVML_ERROR_NOT_SUPPORTED; /* as on real MIG devices */
     switch (which) {
     case 0: *out = d->util; break;
-    case 1: *out = d->util * 6 / 10; break;
-    case 2: case 3: case 8: *out = 0; break;
+    case 1: *out = d->tel.has_mem_util ? d->tel.mem_util : d->util * 6 / 10; break;
+    case 2: *out = d->tel.enc_util; break;
+    case 3: *out = d->tel.dec_util; break;
+    case 8: *out = d->tel.pcie_replays; break;
     case 4: *out = d->temp; break;
     case 5: *out = d->power_mw; break;
     case 6: *out = d->sm_clock; break;
@@ -902,7 +1113,7 @@ static nvmlReturn_t ecc(nvmlDevice_t h, nvmlMemoryErrorType_t type, nvmlEccCount
     nvmlReturn_t r = lookup(h, &d);
     if (r) return r;
     if (counter != NVML_VOLATILE_ECC && counter != NVML_AGGREGATE_ECC) return NVML_ERROR_INVALID_ARGUMENT;
-    *out = type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED ? d->dbe : 0;
+    *out = type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED ? d->dbe : d->tel.sbe;
     return NVML_SUCCESS;
 }
 
@@ -915,14 +1126,137 @@ static nvmlReturn_t field_values(nvmlDevice_t h, int count, nvmlFieldValue_t *va
     for (int i = 0; i < count; i++) {
         values[i].valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
         values[i].nvmlReturn = NVML_SUCCESS;
-        if (values[i].fieldId == NVML_FI_DEV_MEMORY_TEMP) values[i].value.uiVal = d->mem_temp;
-        else if (values[i].fieldId == NVML_FI_DEV_PCIE_REPLAY_COUNTER) values[i].value.uiVal = 0;
+        unsigned id = values[i].fieldId;
+        if (id == NVML_FI_DEV_MEMORY_TEMP && d->tel.has_mem_temp) values[i].value.uiVal = d->mem_temp;
+        else if (id == NVML_FI_DEV_PCIE_REPLAY_COUNTER) values[i].value.uiVal = d->tel.pcie_replays;
+        else if ((id == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX || id == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX) &&
+                 d->tel.has_nvlink && values[i].scopeId == 0xFFFFFFFFu) { /* UINT_MAX: summed over all links */
+            values[i].valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+            values[i].value.ullVal = id == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ? d->tel.nvlink_tx_kib : d->tel.nvlink_rx_kib;
+        }
+        else if (values[i].fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) values[i].value.uiVal = d->recovery_action;
         else values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
     }
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values) { LOCKED(field_values(device, valuesCount, values)); }
+
+static nvmlReturn_t pcie_throughput(nvmlDevice_t h, nvmlPcieUtilCounter_t counter, unsigned *out) {
+    fake_dev *d;
+    nvmlReturn_t r = lookup(h, &d);
+    if (r) return r;
+    if (!out || (counter != NVML_PCIE_UTIL_TX_BYTES && counter != NVML_PCIE_UTIL_RX_BYTES)) return NVML_ERROR_INVALID_ARGUMENT;
+    *out = counter == NVML_PCIE_UTIL_TX_BYTES ? d->tel.pcie_tx_kbps : d->tel.pcie_rx_kbps; /* KB/s */
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int *value) { LOCKED(pcie_throughput(device, counter, value)); }
+
+static nvmlReturn_t remapped_rows(nvmlDevice_t h, unsigned *cor, unsigned *unc, unsigned *pending, unsigned *failure) {
+    fake_dev *d;
+    nvmlReturn_t r = lookup(h, &d);
+    if (r) return r;
+    if (!d->tel.has_remap) return NVML_ERROR_NOT_SUPPORTED; /* GPUs before Ampere, GDDR parts */
+    *cor = d->tel.remap_cor; *unc = d->tel.remap_unc; *pending = d->tel.remap_pending; *failure = d->tel.remap_failure;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows, unsigned int *isPending, unsigned int *failureOccurred) { LOCKED(remapped_rows(device, corrRows, uncRows, isPending, failureOccurred)); }
+
+static nvmlReturn_t clock_events(nvmlDevice_t h, unsigned long long *out) {
+    fake_dev *d;
+    nvmlReturn_t r = lookup(h, &d);
+    if (r) return r;
+    *out = d->tel.clock_events;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) { LOCKED(clock_events(device, reasons)); }
+
+static nvmlReturn_t virt_mode(nvmlDevice_t h, nvmlGpuVirtualizationMode_t *out) {
+    fake_dev *d;
+    nvmlReturn_t r = lookup(h, &d);
+    if (r) return r;
+    *out = (nvmlGpuVirtualizationMode_t)d->tel.virt_mode;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *mode) { LOCKED(virt_mode(device, mode)); }
+
+static nvmlReturn_t licensable(nvmlDevice_t h, nvmlGridLicensableFeatures_t *out) {
+    fake_dev *d;
+    nvmlReturn_t r = lookup(h, &d);
+    if (r) return r;
+    memset(out, 0, sizeof *out);
+    if (d->tel.virt_mode != NVML_GPU_VIRTUALIZATION_MODE_VGPU) return NVML_SUCCESS; /* nothing licensable */
+    out->isGridLicenseSupported = 1;
+    out->licensableFeaturesCount = 1;
+    out->gridLicensableFeatures[0].featureCode = NVML_GRID_LICENSE_FEATURE_CODE_VGPU;
+    out->gridLicensableFeatures[0].featureState = d->tel.vgpu_licensed ? 1 : 0;
+    out->gridLicensableFeatures[0].featureEnabled = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(nvmlDevice_t device, nvmlGridLicensableFeatures_t *features) { LOCKED(licensable(device, features)); }
+
+/* ---- GPM: a sample remembers its GPU; metrics between two samples are the GPU's configured percentages */
+
+struct nvmlGpmSample_st { unsigned dev; int taken; };
+
+static nvmlReturn_t gpm_support(nvmlDevice_t h, nvmlGpmSupport_t *out) {
+    fake_dev *d;
+    nvmlReturn_t r = lookup(h, &d);
+    if (r) return r;
+    if (!out || out->version != NVML_GPM_SUPPORT_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    out->isSupportedDevice = d->tel.gpm ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport) { LOCKED(gpm_support(device, gpmSupport)); }
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    *sample = calloc(1, sizeof **sample);
+    return *sample ? NVML_SUCCESS : NVML_ERROR_MEMORY;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    free(sample);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t gpm_sample(nvmlDevice_t h, nvmlGpmSample_t sample) {
+    fake_dev *d;
+    nvmlReturn_t r = lookup(h, &d);
+    if (r) return r;
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->tel.gpm || h->mig) return NVML_ERROR_NOT_SUPPORTED;
+    sample->dev = (unsigned)(d - g_devs);
+    sample->taken = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample) { LOCKED(gpm_sample(device, gpmSample)); }
+
+static nvmlReturn_t gpm_metrics(nvmlGpmMetricsGet_t *m) {
+    nvmlReturn_t r = ready();
+    if (r) return r;
+    if (!m || m->version != NVML_GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (!m->sample1 || !m->sample2 || !m->sample1->taken || !m->sample2->taken || m->sample1->dev != m->sample2->dev ||
+        m->numMetrics > NVML_GPM_METRIC_MAX)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    fake_dev *d = &g_devs[m->sample1->dev];
+    for (unsigned i = 0; i < m->numMetrics; i++) {
+        unsigned id = m->metrics[i].metricId;
+        m->metrics[i].nvmlReturn = id < NVML_GPM_METRIC_MAX ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+        m->metrics[i].value = id < NVML_GPM_METRIC_MAX ? d->tel.gpm_pct[id] : 0.0;
+    }
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) { LOCKED(gpm_metrics(metricsGet)); }
 
 /* ---- events -------------------------------------------------------------------------------- */
 
@@ -1033,9 +1367,28 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { LOCKED(set_free(set)); }
 
 /* ---- test controls (not NVML) -------------------------------------------------------------- */
 
+/* The recovery action (nvmlDeviceGpuRecoveryAction_t) the driver asks for after an XID: a small table
+ * after the resolution column of NVIDIA's XID catalogue, the same as gpu_operator.gpu.recovery's.
+ * Uncorrectable memory errors (48, 95), row remapping (63 pending, 64 failure), NVLink (74), GSP
+ * (119, 120) and unrecovered ECC (140) need a GPU reset; fallen off the bus (79) a node reboot.
+ * Anything else (application errors 13, 31, 43, ...; 94, a contained ECC error) asks for nothing. */
+static const struct { unsigned long long xid; unsigned action; } XID_ACTIONS[] = {
+    {48, NVML_GPU_RECOVERY_ACTION_GPU_RESET},  {63, NVML_GPU_RECOVERY_ACTION_GPU_RESET},
+    {64, NVML_GPU_RECOVERY_ACTION_GPU_RESET},  {74, NVML_GPU_RECOVERY_ACTION_GPU_RESET},
+    {79, NVML_GPU_RECOVERY_ACTION_NODE_REBOOT}, {95, NVML_GPU_RECOVERY_ACTION_GPU_RESET},
+    {119, NVML_GPU_RECOVERY_ACTION_GPU_RESET}, {120, NVML_GPU_RECOVERY_ACTION_GPU_RESET},
+    {140, NVML_GPU_RECOVERY_ACTION_GPU_RESET},
+};
+
+static void set_recovery_action(unsigned index, unsigned long long xid) {
+    for (size_t i = 0; i < sizeof XID_ACTIONS / sizeof XID_ACTIONS[0]; i++)
+        if (XID_ACTIONS[i].xid == xid) g_devs[index].recovery_action = XID_ACTIONS[i].action;
+}
+
 static nvmlReturn_t inject(unsigned index, unsigned long long xid, unsigned gi, unsigned ci) {
     if (!g_loaded || index >= g_count) return NVML_ERROR_INVALID_ARGUMENT;
     if (xid == 48) g_devs[index].dbe++; /* XID 48: double-bit ECC error */
+    set_recovery_action(index, xid);
     for (unsigned i = 0; i < MAX_SETS; i++)
         if (g_sets[i].used && (g_sets[i].mask[index] & nvmlEventTypeXidCriticalError))
             push(&g_sets[i], index, nvmlEventTypeXidCriticalError, xid, gi, ci);
@@ -1056,11 +1409,17 @@ static nvmlReturn_t set_lost(unsigned index, int lost) {
 
 int fakeNvmlSetLost(unsigned index, int lost) { LOCKED(set_lost(index, lost)); }
 
+static void append_fault(const char *line);
+
 static nvmlReturn_t reset_gpu(unsigned index) {
     if (!g_loaded || index >= g_count) return NVML_ERROR_INVALID_ARGUMENT;
     destroy_instances(&g_devs[index]); /* MIG instances do not survive a GPU reset */
     g_devs[index].mig_cur = g_devs[index].mig_pend;
+    g_devs[index].recovery_action = NVML_GPU_RECOVERY_ACTION_NONE; /* the reset the driver asked for */
     mig_sync_out();
+    char line[128];
+    snprintf(line, sizeof line, "reset %s", g_devs[index].uuid);
+    append_fault(line); /* the driver's state: every other process sees the reset too */
     return NVML_SUCCESS;
 }
 
@@ -1090,12 +1449,37 @@ static void apply_fault(const char *line, int replay) {
     if (index < 0) return; /* not one of this process's GPUs */
     if (!strcmp(verb, "xid") && n == 3) {
         if (!replay) inject((unsigned)index, code, 0xFFFFFFFFu, 0xFFFFFFFFu);
+        else set_recovery_action((unsigned)index, code); /* old events are gone, what they asked for is not */
         if (code == 79) set_lost((unsigned)index, 1);
     } else if (!strcmp(verb, "lost")) {
         set_lost((unsigned)index, 1);
     } else if (!strcmp(verb, "recover")) {
         set_lost((unsigned)index, 0);
+    } else if (!strcmp(verb, "reset")) {
+        g_devs[index].recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;
     }
+}
+
+/* Append one line to the faults file (through HOST_ROOT when the driver's files are read-only here, as
+ * mig_sync_out writes). Lines of other processes come first; this process does not read its own back. */
+static void append_fault(const char *line) {
+    if (!g_faults[0]) return;
+    poll_faults(0);
+    FILE *f = fopen(g_faults, "a");
+    const char *host = getenv("HOST_ROOT"), *driver_root = getenv("NVIDIA_DRIVER_ROOT");
+    if (!f && host && *host && g_faults[0] == '/') {
+        char through_host[PATH_LEN * 3];
+        if (!driver_root || !strcmp(driver_root, "/")) driver_root = "";
+        snprintf(through_host, sizeof through_host, "%s%s%s", host, driver_root, g_faults);
+        f = fopen(through_host, "a");
+    }
+    if (!f) return;
+    size_t n = strlen(line) + 1;
+    fprintf(f, "%s\n", line);
+    fflush(f);
+    long end = ftell(f);
+    fclose(f);
+    if (end - (long)n == g_faults_offset) g_faults_offset = end;
 }
 
 static void poll_faults(int replay) {
@@ -1119,9 +1503,10 @@ static void poll_faults(int replay) {
 }
 
 /* ---- MIG state shared through fake-nvml.mig (caller holds g_mu) ------------------------------- */
-/* Lines: "gpu <uuid> <current> <pending> <next_gi_id> <generation>", then its instances as
- * "gi <uuid> <slot> <id> <profile index> <has_ci> <ci_profile> <MIG uuid>". A writer keeps the lines
- * of GPUs it does not see (a container sees only its own) and replaces the file atomically. */
+/* Lines: "gpu <uuid> <current> <pending> <next_gi_id> <generation>", then its GPU instances as
+ * "gi <uuid> <slot> <id> <profile index>", each followed by its compute instances (the MIG devices) as
+ * "ci <uuid> <gi slot> <ci slot> <id> <ci profile index> <MIG uuid>". A writer keeps the lines of GPUs
+ * it does not see (a container sees only its own) and replaces the file atomically. */
 
 static int same_file(const struct stat *a, const struct stat *b) {
     return a->st_ino == b->st_ino && a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
@@ -1136,8 +1521,8 @@ static void mig_sync_in(void) {
     g_mig_seen = st;
     char line[512], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], mig[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
     while (fgets(line, sizeof line, f)) {
-        int cur, pend, has_ci, index;
-        unsigned next, generation, slot, id, profile, ci_profile;
+        int cur, pend, index;
+        unsigned next, generation, slot, ci_slot, id, profile;
         if (sscanf(line, "gpu %79s %d %d %u %u", uuid, &cur, &pend, &next, &generation) == 5) {
             if ((index = by_uuid(uuid)) < 0) continue;
             fake_dev *d = &g_devs[index];
@@ -1146,11 +1531,14 @@ static void mig_sync_in(void) {
             d->next_gi_id = next;
             d->generation = generation;
             destroy_instances(d);
-        } else if (sscanf(line, "gi %79s %u %u %u %d %u %79s", uuid, &slot, &id, &profile, &has_ci, &ci_profile, mig) == 7) {
+        } else if (sscanf(line, "gi %79s %u %u %u", uuid, &slot, &id, &profile) == 4) {
             if ((index = by_uuid(uuid)) < 0 || slot >= MAX_GI || profile >= MAX_PROFILES) continue;
-            gi_t *gi = &g_devs[index].gis[slot];
-            *gi = (gi_t){.used = 1, .has_ci = has_ci, .id = id, .profile = profile, .ci_profile = ci_profile};
-            copy_field(gi->uuid, sizeof gi->uuid, mig);
+            g_devs[index].gis[slot] = (gi_t){.used = 1, .id = id, .profile = profile};
+        } else if (sscanf(line, "ci %79s %u %u %u %u %79s", uuid, &slot, &ci_slot, &id, &profile, mig) == 6) {
+            if ((index = by_uuid(uuid)) < 0 || slot >= MAX_GI || ci_slot >= MAX_CI || profile > 6) continue;
+            ci_t *ci = &g_devs[index].gis[slot].cis[ci_slot];
+            *ci = (ci_t){.used = 1, .id = id, .profile = profile};
+            copy_field(ci->uuid, sizeof ci->uuid, mig);
         }
     }
     fclose(f);
@@ -1173,8 +1561,11 @@ static int write_state(const char *path) {
         fprintf(out, "gpu %s %d %d %u %u\n", d->uuid, d->mig_cur, d->mig_pend, d->next_gi_id, d->generation);
         for (unsigned s = 0; s < MAX_GI; s++) {
             gi_t *gi = &d->gis[s];
-            if (gi->used)
-                fprintf(out, "gi %s %u %u %u %d %u %s\n", d->uuid, s, gi->id, gi->profile, gi->has_ci, gi->ci_profile, gi->uuid);
+            if (!gi->used) continue;
+            fprintf(out, "gi %s %u %u %u\n", d->uuid, s, gi->id, gi->profile);
+            for (unsigned c = 0; c < MAX_CI; c++)
+                if (gi->cis[c].used)
+                    fprintf(out, "ci %s %u %u %u %u %s\n", d->uuid, s, c, gi->cis[c].id, gi->cis[c].profile, gi->cis[c].uuid);
         }
     }
     if (fclose(out) != 0 || rename(tmp, path) != 0) { unlink(tmp); return -1; }

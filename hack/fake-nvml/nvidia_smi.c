@@ -7,7 +7,9 @@
  *   nvidia-smi                 a short summary (driver and CUDA versions, one line per GPU)
  *   nvidia-smi -L              GPU <i>: <name> (UUID: <uuid>)
  *   nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version --format=csv[,noheader][,nounits]
- *   nvidia-smi -r -i N         reset GPU N (applies a pending MIG mode change; the MIG manager's reset)
+ *   nvidia-smi -r -i N         reset GPU N (applies a pending MIG mode change, the MIG manager's reset, and
+ *                              satisfies the recovery action an XID asked for; the library records the
+ *                              reset in its faults file, so other processes, e.g. the device plugin, see it)
  *
  * Exit status as the real tool's: 9 when the driver cannot be reached, 15 when a GPU is lost.
  */

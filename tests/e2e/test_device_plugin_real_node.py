@@ -7,6 +7,12 @@ registers with the node's real kubelet, the Node's allocatable shows the GPUs, a
 gets exactly two (the kubelet's Allocate through the real gRPC socket), and after a kubelet restart
 the plugin registers again within 5 s (measured), soon enough for the restarted kubelet's first node
 status updates to show the GPUs allocatable again within those 5 s.
+
+Health that recovers: an XID on the fake driver (written to its faults file, as the kernel would report
+it) takes that GPU out of the Node's allocatable, and a GPU reset (the recovery the plugin is configured
+for, ``DP_RECOVER_ON_RESET``) brings it back, with the same plugin container (no restart, no second
+registration); the plugin records GpuUnhealthy / GpuRecovered Events on the Node and counts both on its
+metrics endpoint (``DP_METRICS_LISTEN``).
 """
 
 from __future__ import annotations
@@ -16,14 +22,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from lightkube import Client, codecs
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube import ApiError, Client, codecs
+from lightkube.resources.core_v1 import Event, Node, Pod
 
 from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
 from gpu_operator.localcluster.waiting import wait_for
-from gpu_operator.sim.fakedriver.nodes import node_setup
+from gpu_operator.sim.fakedriver.nodes import attach, node_setup
 from tests.e2e.conftest import ProductImage
 
 JSON = dict[str, Any]
@@ -31,6 +37,28 @@ NODE = "real-node-1"
 DRIVER_ROOT = "/run/nvidia/driver"
 PROFILE = "dgx-h100"
 REREGISTER_TARGET_S = 5.0
+METRICS_PORT = 9402
+ACCOUNT = "device-plugin"
+# What the plugin may do under its account: read its Node, record Events about it (render.rbac's rule).
+RBAC: list[JSON] = [
+    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ACCOUNT, "namespace": "default"}},
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "e2e-device-plugin"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        ],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e2e-device-plugin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-device-plugin"},
+        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": "default"}],
+    },
+]
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +83,8 @@ def _plugin_pod(image: str) -> JSON:
         "DRIVER_INSTALL_DIR": DRIVER_ROOT,
         "DEVICE_LIST_STRATEGY": "envvar",
         "FAIL_ON_INIT_ERROR": "true",
+        "DP_METRICS_LISTEN": f":{METRICS_PORT}",
+        "DP_RECOVER_ON_RESET": "true",
     }
     return {
         "apiVersion": "v1",
@@ -62,6 +92,7 @@ def _plugin_pod(image: str) -> JSON:
         "metadata": {"name": "device-plugin", "namespace": "default"},
         "spec": {
             "nodeName": NODE,
+            "serviceAccountName": ACCOUNT,
             "containers": [
                 {
                     "name": "plugin",
@@ -117,9 +148,7 @@ def test_the_plugin_serves_a_real_kubelet_and_registers_again_after_its_restart(
 ) -> None:
     client = gpu_node.client()
     try:
-        client.create(codecs.from_dict(_plugin_pod(product_image.reference)))
-        wait_for(lambda: _allocatable(client) == "8", timeout=90, describe="8 nvidia.com/gpu allocatable")
-
+        _start_plugin(client, product_image.reference)
         client.create(codecs.from_dict(_workload(product_image.reference)))
 
         def visible() -> str | None:
@@ -171,3 +200,77 @@ def _registrations(cluster: LocalCluster) -> int:
     """How often the plugin has registered with a kubelet (its log says so each time)."""
     logs = cluster.kubectl("logs", "-n", "default", "device-plugin", check=False).stdout
     return sum(1 for line in logs.splitlines() if ": registered " in line)
+
+
+def _start_plugin(client: Client, image: str) -> None:
+    """The plugin pod (once per module: the tests share it) and its account; 8 GPUs allocatable."""
+    try:
+        client.get(Pod, "device-plugin", namespace="default")
+    except ApiError:
+        for body in RBAC:
+            client.create(codecs.from_dict(body))
+        client.create(codecs.from_dict(_plugin_pod(image)))
+    wait_for(lambda: _allocatable(client) == "8", timeout=90, describe="8 nvidia.com/gpu allocatable")
+
+
+def _container(client: Client) -> tuple[str, int]:
+    """The plugin container's ID and restart count."""
+    status = client.get(Pod, "device-plugin", namespace="default").to_dict()["status"]["containerStatuses"][0]
+    return str(status.get("containerID")), int(status["restartCount"])
+
+
+def _node_events(client: Client, reason: str) -> list[str]:
+    return [
+        str(e.message)
+        for e in client.list(Event, namespace="default")
+        if e.reason == reason and e.involvedObject.kind == "Node" and e.involvedObject.name == NODE
+    ]
+
+
+def _metrics(cluster: LocalCluster) -> str:
+    fetch = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{METRICS_PORT}/metrics').read().decode())"
+    return cluster.kubectl("exec", "-n", "default", "device-plugin", "--", "python3", "-c", fetch, check=False).stdout
+
+
+@pytest.mark.timeout(300)
+def test_an_xid_takes_a_gpu_out_and_a_reset_brings_it_back_without_a_plugin_restart(
+    gpu_node: LocalCluster, product_image: ProductImage
+) -> None:
+    client = gpu_node.client()
+    try:
+        _start_plugin(client, product_image.reference)
+        assert gpu_node.real_nodes is not None
+        driver = attach(gpu_node.real_nodes.node(NODE), profile=PROFILE, shape="container")
+        uuid = driver.uuids[5]
+        container = _container(client)
+        registrations = _registrations(gpu_node)
+
+        t0 = time.monotonic()
+        driver.inject_xid(uuid=uuid, xid=48)  # double-bit ECC: the driver asks for a GPU reset
+        wait_for(lambda: _allocatable(client) == "7", timeout=60, describe="7 GPUs allocatable after the XID",
+                 interval=0.2)  # fmt: skip
+        out = time.monotonic()
+        wait_for(lambda: any(uuid in m and "XID 48" in m for m in _node_events(client, "GpuUnhealthy")),
+                 timeout=30, describe="a GpuUnhealthy Event on the Node naming the GPU and the XID")  # fmt: skip
+        metrics = _metrics(gpu_node)
+        assert 'gpu_operator_device_plugin_unhealthy_transitions_total{cause="xid",xid="48"} 1' in metrics, metrics
+        assert "gpu_operator_device_plugin_unhealthy_devices 1" in metrics, metrics
+
+        t1 = time.monotonic()
+        driver.reset(uuid=uuid)  # what nvidia-smi -r records: the recovery action goes back to none
+        wait_for(lambda: _allocatable(client) == "8", timeout=60, describe="8 GPUs allocatable after the reset",
+                 interval=0.2)  # fmt: skip
+        back = time.monotonic()
+        wait_for(lambda: any(uuid in m and "XID 48" in m for m in _node_events(client, "GpuRecovered")),
+                 timeout=30, describe="a GpuRecovered Event on the Node")  # fmt: skip
+        metrics = _metrics(gpu_node)
+        assert 'gpu_operator_device_plugin_recoveries_total{cause="reset"} 1' in metrics, metrics
+        assert "gpu_operator_device_plugin_unhealthy_devices 0" in metrics, metrics
+
+        # The same plugin process throughout: the same container, never restarted, never re-registered.
+        assert _container(client) == container
+        assert container[1] == 0
+        assert _registrations(gpu_node) == registrations
+        print(f"XID to 7 GPUs allocatable {out - t0:.1f} s; reset to 8 GPUs allocatable {back - t1:.1f} s")
+    finally:
+        client.close()

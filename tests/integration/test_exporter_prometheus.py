@@ -51,7 +51,9 @@ def workdir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def pod(name: str, namespace: str, node: str, container: JSON, volumes: list[JSON] | None = None) -> Any:
+def pod(
+    name: str, namespace: str, node: str, container: JSON, volumes: list[JSON] | None = None, labels: JSON | None = None
+) -> Any:
     node_name = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
     container = {"image": "gpu-operator:test", "name": "main", **container}
     container["env"] = [node_name, *container.get("env", [])]
@@ -60,7 +62,12 @@ def pod(name: str, namespace: str, node: str, container: JSON, volumes: list[JSO
     if volumes:
         spec["volumes"] = volumes
     return codecs.from_dict(
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+            "spec": spec,
+        }
     )
 
 
@@ -97,6 +104,8 @@ def test_prometheus_scrapes_gpu_metrics_with_pod_attribution(
         "DCGM_EXPORTER_INTERVAL": "1000",
         "DCGM_EXPORTER_KUBERNETES": "true",
         "DCGM_EXPORTER_COLLECTORS": CSV_PATH,
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS": "true",
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID": "true",
     }
     container = {
         "command": ["gpu-operator", "agent", "exporter"],
@@ -110,7 +119,7 @@ def test_prometheus_scrapes_gpu_metrics_with_pod_attribution(
         describe="the device plugin advertising 8 GPUs",
     )
     user = {"command": ["gpu-operator", "agent", "sleep"], "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-    client.create(pod("gpu-user", namespace, node, user))
+    client.create(pod("gpu-user", namespace, node, user, labels={"app.kubernetes.io/name": "bert"}))
     wait_for(lambda: running(client, "gpu-user", namespace), timeout=30, describe="pod gpu-user running")
     wait_for(lambda: running(client, "exporter", namespace), timeout=30, describe="pod exporter running")
     pods = list_pod_resources_blocking(socket=simulator.node(node).dirs.pod_resources_socket)
@@ -138,6 +147,10 @@ def test_prometheus_scrapes_gpu_metrics_with_pod_attribution(
         (mine,) = prometheus.wait(f'DCGM_FI_DEV_GPU_UTIL{{pod="gpu-user",namespace="{namespace}"}}', count=1)
         assert mine["metric"]["UUID"] == uuid
         assert mine["metric"]["container"] == "main"
+        # Pod labels and the UID come from the API server, as the two settings ask.
+        user_pod = client.get(Pod, "gpu-user", namespace=namespace).to_dict()
+        assert mine["metric"]["pod_uid"] == user_pod["metadata"]["uid"]
+        assert mine["metric"]["app_kubernetes_io_name"] == "bert"
         assert float(mine["value"][1]) > 50
         assert len(prometheus.query('DCGM_FI_DEV_GPU_UTIL{pod!=""}')) == 1
 

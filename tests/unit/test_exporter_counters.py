@@ -9,6 +9,7 @@ import pytest
 
 from gpu_operator.agents.exporter.collector import CounterSource
 from gpu_operator.agents.exporter.counters import FIELDS, CsvError, default_counters, parse_counters
+from gpu_operator.gpu.telemetry import NVML_SOURCES
 
 
 def test_default_set_matches_dcgm_exporter_defaults() -> None:
@@ -114,3 +115,7 @@ def test_source_without_a_file_uses_the_defaults(tmp_path: Path) -> None:
     assert missing.current() == default_counters()
     (tmp_path / "absent.csv").write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\n", encoding="utf-8")
     assert [c.field for c in missing.current().metrics] == ["DCGM_FI_DEV_GPU_TEMP"]
+
+
+def test_every_field_names_the_nvml_call_behind_it() -> None:
+    assert {name: f.reading for name, f in FIELDS.items() if f.reading not in NVML_SOURCES} == {}

@@ -5,10 +5,12 @@ The PodResources client over a real socket is tested in ``tests/contract/test_ex
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
-from gpu_operator.agents.exporter.pods import attribution, device_keys
-from gpu_operator.agents.exporter.render import PodRef
+from gpu_operator.agents.exporter.pods import PodMapper, attribution, device_keys
+from gpu_operator.agents.exporter.render import PodRef, pod_labels
+from gpu_operator.agents.shared.cluster import PodInfo
 from gpu_operator.agents.shared.podresources import pod_resources_socket
 from gpu_operator.kubelet.allocation import ContainerDevices, PodDevices, ResourceDevices
 from tests.unit.fake_backend import FakeBackend
@@ -55,3 +57,48 @@ def test_socket_path_resolution(tmp_path: Path) -> None:
     assert pod_resources_socket(ctx, variable="X") == tmp_path / "container/var/lib/kubelet/pod-resources/kubelet.sock"
     ctx.env["X"] = "/pr/kubelet.sock"
     assert pod_resources_socket(ctx, variable="X") == tmp_path / "container/pr/kubelet.sock"
+
+
+class _Cluster:
+    """A NodeCluster stand-in answering ``list_pods`` (or failing), for the pod label and UID source."""
+
+    def __init__(self, pods: list[PodInfo]) -> None:
+        self.pods = pods
+        self.fail = False
+
+    async def list_pods(self, *, selector: str | None = None) -> list[PodInfo]:
+        if self.fail:
+            raise RuntimeError("apiserver unavailable")
+        return self.pods
+
+
+def _info(name: str, *, uid: str, labels: dict[str, str]) -> PodInfo:
+    return PodInfo(namespace="ml", name=name, labels=labels, uid=uid)
+
+
+def test_pod_labels_and_uid_come_from_the_api_only_when_asked() -> None:
+    pods = [pod("trainer", ("nvidia.com/gpu", (GPU0,)))]
+    meta = {("ml", "trainer"): _info("trainer", uid="u-1", labels={"app.kubernetes.io/name": "bert", "team": "nlp"})}
+    plain = attribution(pods, metadata=meta)
+    assert plain[GPU0] == [PodRef(pod="trainer", namespace="ml", container="main")]
+    full = attribution(pods, metadata=meta, labels=True, uid=True)
+    ref = full[GPU0][0]
+    assert (ref.uid, ref.labels) == ("u-1", (("app.kubernetes.io/name", "bert"), ("team", "nlp")))
+    assert pod_labels(ref) == (
+        'app_kubernetes_io_name="bert",container="main",namespace="ml",pod="trainer",pod_uid="u-1",team="nlp"'
+    )
+
+
+def test_a_pod_label_cannot_take_over_an_attribute() -> None:
+    ref = PodRef(pod="p", namespace="ml", container="c", labels=(("pod", "evil"), ("9lives", "cat")))
+    assert pod_labels(ref) == '_9lives="cat",container="c",namespace="ml",pod="p"'
+
+
+def test_pod_metadata_refresh_keeps_the_last_answer_on_failure(tmp_path: Path) -> None:
+    cluster = _Cluster([_info("trainer", uid="u-1", labels={"team": "nlp"})])
+    mapper = PodMapper(socket=tmp_path / "kubelet.sock", cluster=cluster, labels=True, uid=True)
+    asyncio.run(mapper._refresh_metadata())
+    assert mapper.metadata[("ml", "trainer")].uid == "u-1"
+    cluster.fail = True
+    asyncio.run(mapper._refresh_metadata())
+    assert (mapper.metadata_failures, mapper.metadata[("ml", "trainer")].uid) == (1, "u-1")

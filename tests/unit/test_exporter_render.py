@@ -82,16 +82,23 @@ def test_value_formats(value: float, text: str) -> None:
     assert format_value(value) == text
 
 
-def test_metrics_without_any_sample_are_left_out() -> None:
+def test_readings_a_gpu_cannot_give_are_left_out_never_zero() -> None:
     text = render(counters=default_counters(), entities=[entity(0)], hostname="n")
-    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in text  # derived from utilisation
-    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" not in text  # needs the profiling module: not enabled
+    # This sample has no GPM, NVLink, row remapping or licence readings: no series, not a made-up 0.
+    for absent in (
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    ):
+        assert absent not in text
+    assert "DCGM_FI_DEV_ROW_REMAP_FAILURE" not in text
+    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS" not in text
     assert render(counters=default_counters(), entities=[], hostname="n") == ""
 
 
-def test_profiling_values_from_the_backend_win() -> None:
+def test_profiling_values_come_from_the_gpm_reading() -> None:
     counters = parse_counters("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, gauge, t\nDCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, g\n")
-    e = entity(0, extra={"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.25, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.75})  # type: ignore[arg-type]
+    e = entity(0, profiling={"tensor_active": 0.25, "graphics_active": 0.75})  # type: ignore[arg-type]
     text = render(counters=counters, entities=[e], hostname="n")
     assert text.count(" 0.250000\n") == 1
     assert text.count(" 0.750000\n") == 1
@@ -111,6 +118,18 @@ def test_mig_instances_carry_gpu_instance_labels_and_no_utilisation() -> None:
     assert 'modelName="NVIDIA H100 80GB HBM3",GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",Hostname="n"' in lines[1]
     assert lines[0].endswith(f" {round(40000 * 40192 / (81559 - 559))}")
     assert entity_key(instances[1]) == "2-2"
+
+
+def test_a_compute_instance_is_labelled_with_its_gpu_instance_profile() -> None:
+    device = dataclasses.replace(gpu(2), mig_enabled=True)
+    one_c = Entity(
+        device=device,
+        sample=sample(device.uuid),
+        driver_version="550.54.15",
+        mig=mig_device(2, 0, "1c.3g.40gb", 40192),
+    )
+    text = render(counters=parse_counters(CSV), entities=[one_c], hostname="n")
+    assert 'GPU_I_PROFILE="3g.40gb"' in text
 
 
 def test_pod_attribution_last_wins_or_every_pod_with_virtual_gpus() -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpu_operator.agents.gfd.labels import NodeView, compute_labels, family, sanitise, stale_keys
+from gpu_operator.agents.gfd.vgpu import VgpuInfo
 from tests.unit.gpu_fixtures import gpu, mig_device
 
 
@@ -41,7 +44,7 @@ def test_whole_gpu_labels() -> None:
         "nvidia.com/gfd.timestamp": "1724632719",
     }
     assert expected.items() <= labels.items()
-    assert compute_labels(_view(devices=[])) == {}
+    assert compute_labels(_view(devices=[])) == {"nvidia.com/gfd.timestamp": "1724632719"}  # and vGPU, if read
 
 
 def test_shared_product_suffix_and_rename() -> None:
@@ -62,7 +65,8 @@ def test_mig_single_and_mixed() -> None:
     assert single["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
     assert single["nvidia.com/gpu.count"] == "3"
     assert single["nvidia.com/gpu.memory"] == "9984"
-    assert single["nvidia.com/gpu.slices.gi"] == "1"
+    assert "nvidia.com/gpu.slices.gi" not in single  # the backend gave no MIG attributes: left out
+    assert single["nvidia.com/mig.strategy"] == "single"
     mixed_mig = {0: [mig_device(0, 0), mig_device(0, 1, "3g.40gb", 40192)], 1: [mig_device(1, 0)]}
     mixed = compute_labels(_view(devices=devices, mig=mixed_mig, mig_strategy="mixed"))
     assert mixed["nvidia.com/mig-1g.10gb.count"] == "2"
@@ -105,3 +109,58 @@ def test_sanitise_and_stale() -> None:
     }
     after = compute_labels(_view(devices=[gpu(0)], mig={}, mig_strategy="mixed"))
     assert stale_keys(current=current, computed=after) == sorted(k for k in before if k.startswith("nvidia.com/mig-"))
+
+
+def test_mig_enabled_model_unshared_and_overwritten_by_whole_gpus() -> None:
+    """mig-strategy.go newGPULabelers: MIG-enabled GPUs get replicas 0 in every strategy; whole GPUs of
+    another model overwrite them (mig-strategy_test.go "sharing is not applied to ... MIG device")."""
+    mig_only = compute_labels(_view(devices=[gpu(0, mig=True)], mig={0: [mig_device(0, 0)]}))
+    assert mig_only["nvidia.com/gpu.replicas"] == "0"
+    assert "nvidia.com/mig.strategy" not in mig_only
+    devices = [gpu(0, mig=True), gpu(1, name="NVIDIA L4"), gpu(2, name="NVIDIA L4")]
+    mixed = compute_labels(_view(devices=devices, mig={0: [mig_device(0, 0)]}, mig_strategy="mixed"))
+    assert mixed["nvidia.com/gpu.product"] == "NVIDIA-L4"
+    assert mixed["nvidia.com/gpu.count"] == "2"
+    assert mixed["nvidia.com/gpu.replicas"] == "1"
+    assert mixed["nvidia.com/mig-1g.10gb.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    no_migs = compute_labels(_view(devices=[gpu(0)], mig={}, mig_strategy="single"))
+    assert no_migs["nvidia.com/mig.strategy"] == "single"
+    assert no_migs["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+
+
+@pytest.mark.parametrize(
+    ("classes", "mode"),
+    [
+        ([0x030200, 0x030200], "compute"),
+        ([0x030000], "graphics"),
+        ([0x068000], "unknown"),
+        ([0x030000, 0x030200], "unknown"),
+        ([0x030200, None], "unknown"),
+    ],
+)
+def test_gpu_mode(classes: list[int | None], mode: str) -> None:
+    """nvml.go newGPUModeLabeler / nvml_test.go TestGPUModeLabeler."""
+    devices = [replace(gpu(i), pci_class=c) for i, c in enumerate(classes)]
+    assert compute_labels(_view(devices=devices))["nvidia.com/gpu.mode"] == mode
+
+
+def test_clique_only_when_unique() -> None:
+    """imex.go: the label only when every fabric-attached GPU names one cluster and one clique."""
+    cluster = "4a1b2c3d-0000-1111-2222-333344445555"
+    same = [replace(gpu(i), fabric_clique=f"{cluster}.7") for i in range(4)]
+    assert compute_labels(_view(devices=same))["nvidia.com/gpu.clique"] == f"{cluster}.7"
+    partly = [*same[:3], replace(gpu(3), fabric_clique=None)]
+    assert compute_labels(_view(devices=partly))["nvidia.com/gpu.clique"] == f"{cluster}.7"
+    split = [*same[:3], replace(gpu(3), fabric_clique=f"{cluster}.8")]
+    assert "nvidia.com/gpu.clique" not in compute_labels(_view(devices=split))
+    assert "nvidia.com/gpu.clique" not in compute_labels(_view())
+
+
+def test_vgpu_labels() -> None:
+    host = VgpuInfo(present=True, host_driver_version="550.54.16", host_driver_branch="r550_40")
+    labels = compute_labels(_view(vgpu=host))
+    assert labels["nvidia.com/vgpu.present"] == "true"
+    assert labels["nvidia.com/vgpu.host-driver-version"] == "550.54.16"
+    assert labels["nvidia.com/vgpu.host-driver-branch"] == "r550_40"
+    assert compute_labels(_view(vgpu=VgpuInfo(present=False)))["nvidia.com/vgpu.present"] == "false"
+    assert not any(k.startswith("nvidia.com/vgpu.") for k in compute_labels(_view(vgpu=None)))

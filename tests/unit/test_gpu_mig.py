@@ -8,7 +8,14 @@ import pytest
 
 from gpu_operator.gpu.backend import GpuError
 from gpu_operator.gpu.catalog import GPU_MODELS
-from gpu_operator.gpu.mig import profile_name, validate_geometry
+from gpu_operator.gpu.mig import (
+    canonical_profile,
+    device_profile,
+    plan_geometry,
+    profile_name,
+    split_profile,
+    validate_geometry,
+)
 
 A100 = GPU_MODELS["a100-sxm4-40gb"].mig_profiles
 
@@ -51,3 +58,40 @@ def test_layouts_that_cannot_fit_are_refused_with_the_reason(requested: list[str
 def test_no_profiles_at_all() -> None:
     with pytest.raises(GpuError, match="no MIG profiles are known"):
         validate_geometry(available=(), requested=["1g.5gb"], gpu="GPU 0")
+
+
+@pytest.mark.parametrize(
+    ("requested", "instances"),
+    [
+        (["1c.3g.20gb"] * 3, [("3g.20gb", (1, 1, 1))]),  # as many compute instances in one GPU instance as fit
+        (["1c.3g.20gb"] * 4, [("3g.20gb", (1, 1, 1)), ("3g.20gb", (1,))]),
+        (["1c.3g.20gb", "3g.20gb", "2c.3g.20gb"], [("3g.20gb", (3,)), ("3g.20gb", (2, 1))]),
+        (["1c.7g.40gb"] * 7, [("7g.40gb", (1,) * 7)]),
+        (["1g.5gb", "1c.2g.10gb", "1c.2g.10gb"], [("2g.10gb", (1, 1)), ("1g.5gb", (1,))]),
+    ],
+)
+def test_compute_instance_profiles_pack_like_mig_parted(requested: list[str], instances: list[object]) -> None:
+    plans = plan_geometry(available=A100, requested=requested, gpu="GPU 0")
+    assert [(p.profile.name, p.compute) for p in plans] == instances
+
+
+def test_compute_instance_names() -> None:
+    assert split_profile("1c.3g.40gb") == (1, "3g.40gb")
+    assert split_profile("3c.3g.40gb") == (None, "3g.40gb")
+    assert split_profile("1g.10gb+me") == (None, "1g.10gb+me")
+    assert canonical_profile("7c.7g.80gb") == "7g.80gb"
+    three = next(p for p in A100 if p.name == "3g.20gb")
+    assert [device_profile(compute=c, gi=three) for c in (1, 2, 3)] == ["1c.3g.20gb", "2c.3g.20gb", "3g.20gb"]
+
+
+@pytest.mark.parametrize(
+    ("requested", "message"),
+    [
+        (["3c.4g.20gb"], "GPU 1: 3c.4g.20gb: a 4-slice GPU instance offers no 3-slice compute instance"),
+        (["1c.3g.21gb"], "GPU 1: unknown MIG profile '3g.21gb'"),
+        (["1c.3g.20gb"] * 7, "GPU 1: 3 x 3g.20gb requested, at most 2 fit"),
+    ],
+)
+def test_compute_instance_layouts_that_cannot_be_made(requested: list[str], message: str) -> None:
+    with pytest.raises(GpuError, match="^" + re.escape(message)):
+        plan_geometry(available=A100, requested=requested, gpu="GPU 1")

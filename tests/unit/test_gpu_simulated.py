@@ -53,7 +53,7 @@ def test_metrics_follow_load_and_time() -> None:
     assert all(b.total_energy_mj - a.total_energy_mj >= 15 * 500 * 1000 for a, b in itertools.pairwise(readings))
     assert readings[-1].temperature_c > idle.temperature_c
     assert readings[-1].fb_used_mib > idle.fb_used_mib
-    assert readings[-1].nvlink_bandwidth_total > 0
+    assert (readings[-1].nvlink_bandwidth_total or 0) > 0
     replay = sim(clock=clock)
     replay.set_load(0, 80)
     clock.now -= 45

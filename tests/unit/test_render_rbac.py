@@ -94,10 +94,11 @@ def test_every_operand_with_cluster_rules_has_a_managed_name() -> None:
     assert {a for a, p in NVIDIA_OPERAND_PERMISSIONS.items() if p.cluster} <= set(OPERAND_CLUSTER_ROLES)
 
 
-@pytest.mark.parametrize("account", ["nvidia-driver", "nvidia-mig-manager"])
+@pytest.mark.parametrize("account", ["nvidia-driver", "nvidia-mig-manager", "nvidia-device-plugin"])
 def test_the_agents_that_record_node_events_may_create_them(account: str) -> None:
-    # Both post Events about their node in "default" (kube/nodecluster.py); on a real
-    # node the API server answered 403 until their roles allowed it.
+    # They post Events about their node in "default" (kube/nodecluster.py; the plugin's GpuUnhealthy and
+    # GpuRecovered); on a real node the API server answered 403 until their roles allowed it.
     granted = OPERAND_PERMISSIONS[account].cluster
     assert covers(granted, Rule(("",), ("events",), ("create",)))
-    assert not covers(OPERAND_PERMISSIONS["nvidia-device-plugin"].cluster, Rule(("",), ("events",), ("create",)))
+    gfd = OPERAND_PERMISSIONS["nvidia-gpu-feature-discovery"].cluster
+    assert not covers(gfd, Rule(("",), ("events",), ("create",)))

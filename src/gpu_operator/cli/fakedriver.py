@@ -15,6 +15,7 @@ from gpu_operator.sim.fakedriver.container import (
     load_module,
     unload_module,
 )
+from gpu_operator.sim.fakedriver.install import CONFIG, FAULTS
 
 _LENIENT = {"ignore_unknown_options": True, "allow_extra_args": True}
 
@@ -79,3 +80,27 @@ def nvidia_driver_command(*, verb: str) -> None:
         raise click.ClickException(str(error)) from error
     click.echo(f"fake nvidia-driver init: {env['DRIVER_VERSION']} on the node seen at {env['HOST_ROOT']}")
     os.execvpe(argv[0], argv, env)  # the driver agent becomes the container's process, as NVIDIA's does
+
+
+_FAULT_VERBS = ("xid", "lost", "recover", "reset")
+
+
+@fake_driver_group.command(name="fault")
+@click.argument("verb", type=click.Choice(_FAULT_VERBS))
+@click.argument("uuid")
+@click.argument("xid", type=int, required=False)
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("/"), show_default=True,
+              help="The driver root the fake driver is installed under (e.g. /run/nvidia/driver).")  # fmt: skip
+def fault_command(*, verb: str, uuid: str, xid: int | None, root: Path) -> None:
+    """Give GPU UUID a fault, as the fake library's faults file takes them: ``xid UUID XID`` (an XID
+    error; it sets the recovery action the driver would ask for), ``lost``/``recover UUID`` (the GPU
+    stops or starts answering), ``reset UUID`` (a GPU reset: what ``nvidia-smi -r`` records)."""
+    if (verb == "xid") != (xid is not None):
+        raise click.UsageError("an XID code goes with 'xid', and only with it")
+    configs = sorted((root / "lib" / "firmware" / "nvidia").glob(f"*/{CONFIG}"))
+    config = next((c for c in configs if f"={uuid}\n" in c.read_text(encoding="utf-8")), None)
+    if config is None:
+        raise click.ClickException(f"{uuid} is not a GPU of a fake driver under {root}")
+    with (config.parent / FAULTS).open("a", encoding="utf-8") as out:  # one write of a whole line
+        out.write(f"{verb} {uuid}{'' if xid is None else f' {xid}'}\n")
+    click.echo(f"{verb} {uuid}{'' if xid is None else f' {xid}'}: recorded in {config.parent / FAULTS}")

@@ -32,6 +32,7 @@ class GpuModel:
     memory_mib: int
     reserved_mib: int  # framebuffer the driver keeps for itself
     pci_device_id: int  # device id << 16 | 0x10DE
+    pci_class: int  # 24-bit PCI class code: 0x030200 3D controller (GFD gpu.mode=compute), 0x030000 VGA
     board_part_number: str
     tdp_w: float
     idle_w: float

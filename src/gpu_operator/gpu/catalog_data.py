@@ -72,6 +72,7 @@ GPU_MODEL_ROWS: dict[str, dict[str, Any]] = {
         "memory_mib": 40960,
         "reserved_mib": 557,
         "pci_device_id": 0x20B010DE,
+        "pci_class": 0x030200,  # 3D controller: a compute GPU (0x030000 would be VGA)
         "board_part_number": "692-2G506-0200-002",
         "tdp_w": 400,
         "idle_w": 55,
@@ -87,6 +88,7 @@ GPU_MODEL_ROWS: dict[str, dict[str, Any]] = {
         "memory_mib": 81920,
         "reserved_mib": 637,
         "pci_device_id": 0x20B210DE,
+        "pci_class": 0x030200,  # 3D controller: a compute GPU (0x030000 would be VGA)
         "board_part_number": "692-2G506-0210-002",
         "tdp_w": 400,
         "idle_w": 60,
@@ -102,6 +104,7 @@ GPU_MODEL_ROWS: dict[str, dict[str, Any]] = {
         "memory_mib": 81559,
         "reserved_mib": 551,
         "pci_device_id": 0x233010DE,
+        "pci_class": 0x030200,  # 3D controller: a compute GPU (0x030000 would be VGA)
         "board_part_number": "692-2G520-0200-000",
         "tdp_w": 700,
         "idle_w": 70,
@@ -117,6 +120,7 @@ GPU_MODEL_ROWS: dict[str, dict[str, Any]] = {
         "memory_mib": 143771,
         "reserved_mib": 720,
         "pci_device_id": 0x233510DE,
+        "pci_class": 0x030200,  # 3D controller: a compute GPU (0x030000 would be VGA)
         "board_part_number": "692-2G520-0280-000",
         "tdp_w": 700,
         "idle_w": 75,
@@ -132,6 +136,7 @@ GPU_MODEL_ROWS: dict[str, dict[str, Any]] = {
         "memory_mib": 183359,
         "reserved_mib": 900,
         "pci_device_id": 0x290110DE,
+        "pci_class": 0x030200,  # 3D controller: a compute GPU (0x030000 would be VGA)
         "board_part_number": "692-2G525-0220-000",
         "tdp_w": 1000,
         "idle_w": 140,
@@ -147,6 +152,7 @@ GPU_MODEL_ROWS: dict[str, dict[str, Any]] = {
         "memory_mib": 23034,
         "reserved_mib": 350,
         "pci_device_id": 0x27B810DE,
+        "pci_class": 0x030200,  # 3D controller: a compute GPU (0x030000 would be VGA)
         "board_part_number": "900-2G193-0000-001",
         "tdp_w": 72,
         "idle_w": 16,
@@ -162,6 +168,7 @@ GPU_MODEL_ROWS: dict[str, dict[str, Any]] = {
         "memory_mib": 15360,
         "reserved_mib": 250,
         "pci_device_id": 0x1EB810DE,
+        "pci_class": 0x030200,  # 3D controller: a compute GPU (0x030000 would be VGA)
         "board_part_number": "900-2G183-0000-001",
         "tdp_w": 70,
         "idle_w": 10,

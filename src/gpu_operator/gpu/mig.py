@@ -11,8 +11,10 @@ and the NVML backends reject the same layouts with the same messages.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gpu_operator.gpu.backend import GpuError
 from gpu_operator.gpu.types import MigProfile
@@ -76,3 +78,80 @@ def validate_geometry(*, available: Sequence[MigProfile], requested: Sequence[st
         )
     # Largest first: NVML places big instances more easily on an empty GPU, so both backends use this order.
     return sorted(chosen, key=lambda p: (-p.slices, -p.memory_mib))
+
+
+# Compute-instance sizes NVML has profiles for (NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE).
+CI_SIZES = (1, 2, 3, 4, 6, 7, 8)
+_COMPUTE = re.compile(r"^(\d+)c\.(\d+)g\.(.+)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuInstancePlan:
+    """One GPU instance to create and the sizes (in slices) of the compute instances to create in it."""
+
+    profile: MigProfile
+    compute: tuple[int, ...]
+
+
+def split_profile(name: str) -> tuple[int | None, str]:
+    """(compute slices, GPU-instance profile) of a MIG device profile: ``1c.3g.40gb`` -> ``(1, "3g.40gb")``.
+
+    The compute slices are None when the name has no ``<c>c.`` prefix (the instance spans the GPU
+    instance). ``3c.3g.40gb`` is the same device as ``3g.40gb``, as in mig-parted.
+    """
+    match = _COMPUTE.match(name)
+    if not match:
+        return None, name
+    compute, slices = int(match.group(1)), int(match.group(2))
+    gi_name = f"{slices}g.{match.group(3)}"
+    return (None if compute == slices else compute), gi_name
+
+
+def device_profile(*, compute: int, gi: MigProfile) -> str:
+    """The name of a compute instance of ``compute`` slices in a GPU instance of profile ``gi``."""
+    return gi.name if compute == gi.slices else f"{compute}c.{gi.name}"
+
+
+def canonical_profile(name: str) -> str:
+    """``3g.40gb`` for ``3c.3g.40gb``; other names unchanged."""
+    compute, gi_name = split_profile(name)
+    return gi_name if compute is None else name
+
+
+def plan_geometry(*, available: Sequence[MigProfile], requested: Sequence[str], gpu: str) -> list[GpuInstancePlan]:
+    """The GPU instances (largest first) and their compute instances for ``requested``, or GpuError.
+
+    Packing follows mig-parted: the devices are ordered by GPU-instance size, then compute-instance
+    size, largest first, and a device goes into the GPU instance created just before it when that is
+    of the same profile and still has room; otherwise it gets a GPU instance of its own. So
+    ``1c.3g.40gb`` x 3 is one ``3g.40gb`` with three one-slice compute instances, and x 4 is two.
+    """
+    by_name = {p.name: p for p in available}
+    split = [split_profile(name) for name in requested]
+    if any(gi_name not in by_name for _, gi_name in split):
+        validate_geometry(available=available, requested=[gi_name for _, gi_name in split], gpu=gpu)  # says which
+    parsed: list[tuple[int, str]] = []
+    for name, (compute, gi_name) in zip(requested, split, strict=True):
+        gi = by_name[gi_name]
+        if compute is None:
+            parsed.append((gi.slices, gi_name))
+            continue
+        # mig-parted's rule for the compute instances a GPU instance offers: no larger than it, and
+        # either all of it or at most about half of it.
+        if compute not in CI_SIZES or compute > gi.slices or (compute < gi.slices and 2 * compute > gi.slices + 1):
+            raise GpuError(
+                f"{gpu}: {name}: a {gi.slices}-slice GPU instance offers no {compute}-slice compute instance"
+            )
+        parsed.append((compute, gi_name))
+    order = sorted(parsed, key=lambda item: (-by_name[item[1]].slices, item[1], -item[0]))
+    groups: list[tuple[str, list[int]]] = []
+    for compute, gi_name in order:
+        last = groups[-1] if groups else None
+        if last is not None and last[0] == gi_name and sum(last[1]) + compute <= by_name[gi_name].slices:
+            last[1].append(compute)
+        else:
+            groups.append((gi_name, [compute]))
+    validate_geometry(available=available, requested=[name for name, _ in groups], gpu=gpu)
+    plans = [GpuInstancePlan(profile=by_name[name], compute=tuple(sizes)) for name, sizes in groups]
+    # The largest-first order validate_geometry gives (a stable sort: compute instances stay together).
+    return sorted(plans, key=lambda p: (-p.profile.slices, -p.profile.memory_mib))

@@ -1,9 +1,9 @@
 """The NVML backend: the real GPUs of this machine, through ``pynvml`` and ``libnvidia-ml.so.1``.
 
 Identity, topology and MIG are read straight from NVML on every call (handles are cheap, and MIG
-changes renumber things); the MIG calls live in ``nvml_mig``, readings and health events in
-``nvml_health``. Optional queries (serial, NUMA node, architecture, ...) degrade to defaults when
-NVML says "not supported"; identity queries (name, UUID, PCI info, memory) must answer. A GPU that
+changes renumber things); the MIG calls live in ``nvml_mig``, health events in ``nvml_health``,
+readings in ``nvml_readings``. Optional queries (serial, NUMA node, architecture, ...) degrade to
+defaults when NVML says "not supported"; identity queries (name, UUID, PCI info, memory) must answer. A GPU that
 answers "GPU is lost" is remembered, reported once as a lost health event and left out of samples.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from gpu_operator.gpu import nvml_health, nvml_lib, nvml_mig
+from gpu_operator.gpu import nvml_health, nvml_identity, nvml_lib, nvml_mig, nvml_readings
 from gpu_operator.gpu.backend import GpuError, GpuLostError
 from gpu_operator.gpu.nvml_lib import bus_id, call, optional, text
 from gpu_operator.gpu.types import Device, HealthEvent, Link, LinkType, MigDevice, Sample
@@ -57,6 +57,7 @@ class NvmlBackend:
         self._closed = False
         self._lock = threading.Lock()
         self._health = nvml_health.HealthWatch(self)
+        self._readings = nvml_readings.Readings(self)
 
     # --- GpuBackend ---------------------------------------------------------------------------
 
@@ -116,10 +117,11 @@ class NvmlBackend:
 
     def sample(self) -> Sequence[Sample]:
         self._check()
+        self._health.poll()  # the last XID of each GPU, up to now
         out = []
         for i in range(self.count()):
             try:
-                out.append(self.gpu_call(i, self._health.reading))
+                out.append(self.gpu_call(i, self._reading))
             except GpuLostError:
                 continue  # left out of the reading; the lost event says why
         return out
@@ -134,6 +136,7 @@ class NvmlBackend:
                 return
             self._closed = True
         self._health.close()
+        self._readings.close()
         nvml_lib.release()
 
     # --- helpers shared with nvml_health ------------------------------------------------------
@@ -166,6 +169,9 @@ class NvmlBackend:
     def _check(self) -> None:
         if self._closed:
             raise GpuError("NVML backend is closed")
+
+    def _reading(self, index: int, handle: Any) -> Sample:
+        return self._readings.reading(index, handle, last_xid=self._health.last_xid)
 
     def _bus_id(self, index: int, handle: Any) -> str:
         return bus_id(call("nvmlDeviceGetPciInfo", self._nv.nvmlDeviceGetPciInfo, handle, what=f"GPU {index}").busId)
@@ -222,6 +228,8 @@ class NvmlBackend:
             mig_enabled=bool(mode and mode[0]),
             mig_pending=bool(mode and mode[0] != mode[1]),
             mig_profiles=tuple(profiles),
+            pci_class=nvml_identity.pci_class(nv, handle, what=where),
+            fabric_clique=nvml_identity.fabric_clique(nv, handle, what=where),
         )
 
 

@@ -5,6 +5,14 @@ events on every GPU that supports them (what the upstream device plugin register
 into slices of half a second so that ``close`` from another thread and a lost GPU coming back
 are noticed promptly. NVML has no "lost" or "recovered" event: a lost GPU is noticed when a call (or
 the event wait) answers "GPU is lost", and a lost GPU that answers again yields a recovered event.
+
+Recovery after a reset: an XID also sets the GPU's recovery action (``gpu.recovery``; NVML field
+``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``). After an XID the GPU is watched: its field is read once per
+wait slice while it asks for an action, and when it goes back to ``NONE`` after asking for a reset
+(``nvidia-smi -r``, or the driver's own recovery), a recovered event with ``reset=True`` goes out. A GPU
+whose XID asks for nothing (or whose driver lacks the field) stops being watched after
+``_WATCH_UNASKED_S``. The ``nvmlEventTypeGpuRecoveryAction`` event is not registered: polling the few
+watched GPUs each slice is as prompt and works on drivers that lack that event.
 """
 
 from __future__ import annotations
@@ -12,21 +20,33 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpu_operator.gpu import recovery
 from gpu_operator.gpu.backend import GpuError, GpuLostError, NotSupportedError
-from gpu_operator.gpu.nvml_lib import call, is_nvml_error, nvml, optional, text, translate
-from gpu_operator.gpu.types import HealthEvent, Sample
+from gpu_operator.gpu.nvml_lib import call, is_nvml_error, nvml, text, translate
+from gpu_operator.gpu.types import HealthEvent
 
 if TYPE_CHECKING:
     from gpu_operator.gpu.nvml import NvmlBackend
 
-_MIB = 1 << 20
 _SLICE_S = 0.5  # how long close() or a recovering GPU may go unnoticed by a waiting thread
 _NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of an event not tied to a MIG instance
 _MAX_DRAIN = 64
-# nvmlValue_t member for each NVML_VALUE_TYPE_*.
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+_MAX_KEPT = 256  # pending events kept for a waiter that may never come
+_RECOVERY_FIELD = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+_WATCH_UNASKED_S = 5.0  # how long an XID's GPU is watched for a recovery action that never shows
+
+
+@dataclass(kw_only=True)
+class _Watch:
+    """A GPU whose recovery action is watched after an XID."""
+
+    handle: Any
+    xid: int
+    until: float  # monotonic time after which a GPU that never asked for a reset is dropped
+    asked: int = recovery.NONE  # the reset-type action it asked for, once it did
 
 
 class HealthWatch:
@@ -42,6 +62,7 @@ class HealthWatch:
         self._lost: dict[int, str] = {}  # index -> UUID of GPUs that answered "GPU is lost"
         self._uuids: dict[int, str] = {}
         self._last_xid: dict[str, int] = {}
+        self._watched: dict[str, _Watch] = {}  # UUID -> a GPU whose recovery action is watched
         self._event_set: Any = None
         self._registered = False
 
@@ -62,7 +83,7 @@ class HealthWatch:
             if not self._closing.is_set():
                 self._ensure_event_set()  # even a zero timeout registers, so later events are kept
             while True:
-                events = self._take_pending() + self._probe_lost()
+                events = self._take_pending() + self._probe_lost() + self._probe_recovery()
                 if events:
                     return events
                 if self._closing.is_set():
@@ -82,43 +103,25 @@ class HealthWatch:
                     call("nvmlEventSetFree", self._nv.nvmlEventSetFree, self._event_set)
                 self._event_set = None
 
-    def reading(self, index: int, handle: Any) -> Sample:
-        """One Sample of GPU ``index``; queries a GPU may not support read as 0."""
-        nv, where = self._nv, f"GPU {index}"
-        uuid = self._backend.uuid(index, handle)
-        util = optional("nvmlDeviceGetUtilizationRates", nv.nvmlDeviceGetUtilizationRates, handle, default=None)
-        enc = optional("nvmlDeviceGetEncoderUtilization", nv.nvmlDeviceGetEncoderUtilization, handle, default=[0])
-        dec = optional("nvmlDeviceGetDecoderUtilization", nv.nvmlDeviceGetDecoderUtilization, handle, default=[0])
-        total, used, free, reserved = self._memory(handle, where)
-        power_mw = optional("nvmlDeviceGetPowerUsage", nv.nvmlDeviceGetPowerUsage, handle, default=0)
-        energy = optional(
-            "nvmlDeviceGetTotalEnergyConsumption", nv.nvmlDeviceGetTotalEnergyConsumption, handle, default=0
-        )
-        clocks = nv.nvmlDeviceGetClockInfo
-        temp = optional(
-            "nvmlDeviceGetTemperature", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU, default=0
-        )
-        replays = optional("nvmlDeviceGetPcieReplayCounter", nv.nvmlDeviceGetPcieReplayCounter, handle, default=0)
-        return Sample(
-            uuid=uuid,
-            gpu_util_pct=float(util.gpu) if util is not None else 0.0,
-            mem_copy_util_pct=float(util.memory) if util is not None else 0.0,
-            enc_util_pct=float(enc[0]),
-            dec_util_pct=float(dec[0]),
-            fb_used_mib=used,
-            fb_free_mib=free,
-            fb_reserved_mib=reserved if reserved else max(0, total - used - free),
-            temperature_c=float(temp),
-            memory_temperature_c=self._field(handle, nv.NVML_FI_DEV_MEMORY_TEMP),
-            power_w=power_mw / 1000.0,
-            total_energy_mj=int(energy),
-            sm_clock_mhz=int(optional("nvmlDeviceGetClockInfo", clocks, handle, nv.NVML_CLOCK_SM, default=0)),
-            mem_clock_mhz=int(optional("nvmlDeviceGetClockInfo", clocks, handle, nv.NVML_CLOCK_MEM, default=0)),
-            pcie_replay_count=int(replays),
-            ecc_sbe_volatile=self._ecc(handle, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-            ecc_dbe_volatile=self._ecc(handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-            last_xid=self._last_xid.get(uuid, 0),
-        )
+    def last_xid(self, uuid: str) -> int:
+        """The last XID reported for GPU ``uuid`` since events were registered (0: none)."""
+        with self._lock:
+            return self._last_xid.get(uuid, 0)
+
+    def poll(self) -> None:
+        """Take the events queued in NVML without waiting, so readings know the last XID even in a
+        process that never waits for events (the exporter). The events stay pending for ``wait``;
+        without a waiter only the newest ``_MAX_KEPT`` are kept."""
+        if self._closing.is_set() or not self._wait_lock.acquire(blocking=False):
+            return  # a waiter is draining the event set already
+        try:
+            if self._ensure_event_set() is None:
+                return
+            events = self._wait_slice(0.0)
+            with self._lock:
+                self._pending = (self._pending + events)[-_MAX_KEPT:]
+        finally:
+            self._wait_lock.release()
 
     # --- internals ----------------------------------------------------------------------------
 
@@ -141,6 +144,41 @@ class HealthWatch:
                 self._lost.pop(index, None)
             events.append(HealthEvent(uuid=uuid, recovered=True, message="GPU answers again"))
         return events
+
+    def _probe_recovery(self) -> list[HealthEvent]:
+        """Recovered events (``reset=True``) for watched GPUs whose reset request was satisfied."""
+        with self._lock:
+            watched = list(self._watched.items())
+        events = []
+        now = time.monotonic()
+        for uuid, watch in watched:
+            action = self._recovery_action(watch.handle)
+            if action is None:
+                continue  # lost or unreadable right now: look again next slice
+            if action != recovery.NONE:
+                if recovery.needs_reset(action):
+                    watch.asked = action
+                continue
+            if watch.asked == recovery.NONE and now < watch.until:
+                continue  # nothing asked yet: the driver may set it just after the XID
+            with self._lock:
+                if self._watched.get(uuid) is watch:  # not replaced by a newer XID meanwhile
+                    del self._watched[uuid]
+            if watch.asked != recovery.NONE:
+                message = f"GPU reset cleared XID {watch.xid} ({recovery.describe(watch.asked)} was required)"
+                events.append(HealthEvent(uuid=uuid, recovered=True, reset=True, message=message))
+        return events
+
+    def _recovery_action(self, handle: Any) -> int | None:
+        """The GPU's recovery action; None when it cannot be read (lost, or no such field)."""
+        nv = self._nv
+        try:
+            values = nv.nvmlDeviceGetFieldValues(handle, [_RECOVERY_FIELD])
+        except nv.NVMLError:
+            return None
+        if not values or values[0].nvmlReturn != nv.NVML_SUCCESS:
+            return None
+        return int(values[0].value.uiVal)
 
     def _wait_slice(self, seconds: float) -> list[HealthEvent]:
         event_set = self._ensure_event_set()
@@ -214,31 +252,8 @@ class HealthWatch:
             xid = int(data.eventData)
             with self._lock:
                 self._last_xid[uuid] = xid
+                if uuid:  # a later slice reads what the driver asks for (see the module docstring)
+                    until = time.monotonic() + _WATCH_UNASKED_S
+                    self._watched[uuid] = _Watch(handle=data.device, xid=xid, until=until)
             return HealthEvent(uuid=uuid, xid=xid, gi_id=gi, ci_id=ci, message=f"XID {xid}")
         return HealthEvent(uuid=uuid, gi_id=gi, ci_id=ci, message="uncorrectable (double-bit) ECC error")
-
-    def _memory(self, handle: Any, where: str) -> tuple[int, int, int, int]:
-        nv = self._nv
-        try:
-            mem = call("nvmlDeviceGetMemoryInfo", nv.nvmlDeviceGetMemoryInfo, handle, version=nv.nvmlMemory_v2)
-            reserved = int(mem.reserved) // _MIB
-        except GpuLostError:
-            raise
-        except GpuError:  # drivers before the v2 struct: "used" then includes the reserved part
-            mem = call("nvmlDeviceGetMemoryInfo", nv.nvmlDeviceGetMemoryInfo, handle, what=where)
-            reserved = 0
-        return int(mem.total) // _MIB, int(mem.used) // _MIB, int(mem.free) // _MIB, reserved
-
-    def _ecc(self, handle: Any, kind: int) -> int:
-        nv = self._nv
-        fn = nv.nvmlDeviceGetTotalEccErrors
-        return int(optional("nvmlDeviceGetTotalEccErrors", fn, handle, kind, nv.NVML_VOLATILE_ECC, default=0))
-
-    def _field(self, handle: Any, field_id: int) -> float:
-        nv = self._nv
-        values = optional("nvmlDeviceGetFieldValues", nv.nvmlDeviceGetFieldValues, handle, [field_id], default=None)
-        if values is None or values[0].nvmlReturn != nv.NVML_SUCCESS:
-            return 0.0
-        kind = int(values[0].valueType)
-        member = _VALUE_MEMBERS[kind] if 0 <= kind < len(_VALUE_MEMBERS) else "uiVal"
-        return float(getattr(values[0].value, member))

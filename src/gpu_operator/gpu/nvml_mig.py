@@ -1,10 +1,12 @@
 """MIG through NVML: mode, offered profiles, listing, and replacing the geometry of one GPU.
 
-A MIG device here is one GPU instance with one compute instance spanning it, which is what
-mig-parted's configs and the device plugin use. Profiles are read from NVML (version 1 of the profile
-info struct: it carries everything needed and, unlike version 2, needs no struct version field) and
-named with ``mig.profile_name``; the requested layout is checked with ``mig.validate_geometry``
-before anything is destroyed, so a bad request leaves the GPU as it was.
+A MIG device here is one compute instance, as NVML lists MIG device handles and as the device plugin
+and mig-parted count them: a GPU instance holds one compute instance spanning it (``3g.40gb``) or
+several smaller ones (``1c.3g.40gb`` x 3). Profiles are read from NVML (version 1 of the profile info
+structs: it carries everything needed and, unlike version 2, needs no struct version field) and
+named with ``mig.profile_name``; a compute instance's size comes from its profile ID matched against
+the profiles its GPU instance offers, as go-nvlib does. The requested layout is planned with
+``mig.plan_geometry`` before anything is destroyed, so a bad request leaves the GPU as it was.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from types import ModuleType
 from typing import Any
 
 from gpu_operator.gpu.backend import GpuError, GpuLostError, NotSupportedError
-from gpu_operator.gpu.mig import profile_name, profile_order, validate_geometry
+from gpu_operator.gpu.mig import device_profile, plan_geometry, profile_name, profile_order
+from gpu_operator.gpu.mig_attributes import read_attributes
 from gpu_operator.gpu.nvml_lib import call, text
 from gpu_operator.gpu.types import MigDevice, MigProfile
 
@@ -107,17 +110,50 @@ def list_devices(nv: ModuleType, index: int, handle: Any, total_mib: int) -> lis
         gpu_instance = call("nvmlDeviceGetGpuInstanceById", nv.nvmlDeviceGetGpuInstanceById, handle, gi_id)
         info = call("nvmlGpuInstanceGetInfo", nv.nvmlGpuInstanceGetInfo, gpu_instance, what=where)
         profile = by_id.get(int(info.profileId))
+        fn = nv.nvmlGpuInstanceGetComputeInstanceById
+        ci = call("nvmlGpuInstanceGetComputeInstanceById", fn, gpu_instance, ci_id, what=where)
+        ci_info = call("nvmlComputeInstanceGetInfo", nv.nvmlComputeInstanceGetInfo, ci, what=where)
+        size = _ci_slices(nv, gpu_instance, int(ci_info.profileId), where)
+        name = f"profile-{int(info.profileId)}"
+        if profile is not None:
+            name = device_profile(compute=size or profile.slices, gi=profile)
         out.append(
             MigDevice(
                 uuid=text(call("nvmlDeviceGetUUID", nv.nvmlDeviceGetUUID, mig, what=f"{where} MIG {slot}")),
                 parent_index=index,
-                profile=profile.name if profile else f"profile-{int(info.profileId)}",
+                profile=name,
                 gi_id=gi_id,
                 ci_id=ci_id,
                 memory_mib=profile.memory_mib if profile else 0,
                 index=len(out),
+                attributes=read_attributes(nv, mig, what=f"{where} MIG {slot}"),
             )
         )
+    return out
+
+
+def _ci_slices(nv: ModuleType, gi: Any, profile_id: int, where: str) -> int:
+    """The slices of compute-instance profile ``profile_id`` in GPU instance ``gi`` (0 if none matches)."""
+    for _, info in _ci_profiles(nv, gi, where):
+        if int(info.id) == profile_id:
+            return int(info.sliceCount)
+    return 0
+
+
+def _ci_profiles(nv: ModuleType, gi: Any, where: str) -> list[tuple[int, Any]]:
+    """(profile index, profile info) of every compute-instance profile GPU instance ``gi`` offers."""
+    out: list[tuple[int, Any]] = []
+    shared = nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+    fn = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo
+    for ci_index in range(nv.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+        try:
+            info = call("nvmlGpuInstanceGetComputeInstanceProfileInfo", fn, gi, ci_index, shared, version=1)
+        except GpuLostError:
+            raise
+        except GpuError:
+            continue  # profile index not offered inside this GPU instance
+        if info.instanceCount:
+            out.append((ci_index, info))
     return out
 
 
@@ -130,18 +166,32 @@ def create(nv: ModuleType, index: int, handle: Any, total_mib: int, *, requested
     if not state[0]:
         raise GpuError(f"{where}: MIG mode is disabled; enable it (and reset the GPU) first")
     available = profiles(nv, index, handle, total_mib)
-    chosen = validate_geometry(available=available, requested=requested, gpu=where)
+    plans = plan_geometry(available=available, requested=requested, gpu=where)
     _destroy_all(nv, handle, available, where)
-    for profile in chosen:
-        gi = call("nvmlDeviceCreateGpuInstance", nv.nvmlDeviceCreateGpuInstance, handle, profile.profile_id, what=where)
-        ci_index = _CI_PROFILE_BY_SLICES.get(profile.slices)
-        if ci_index is None:
-            raise GpuError(f"{where}: no compute-instance profile spans {profile.slices} slices ({profile.name})")
-        fn = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo
-        shared = nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
-        ci_info = call("nvmlGpuInstanceGetComputeInstanceProfileInfo", fn, gi, ci_index, shared, version=1)
-        call("nvmlGpuInstanceCreateComputeInstance", nv.nvmlGpuInstanceCreateComputeInstance, gi, ci_info.id)
+    try:
+        for plan in plans:
+            fn = nv.nvmlDeviceCreateGpuInstance
+            gi = call("nvmlDeviceCreateGpuInstance", fn, handle, plan.profile.profile_id, what=where)
+            for size in plan.compute:
+                _create_ci(nv, gi, size=size, where=f"{where} {device_profile(compute=size, gi=plan.profile)}")
+    except GpuLostError:
+        raise
+    except GpuError:
+        # As mig-parted does: a half-made geometry is cleared, not left for the plugin to advertise.
+        _destroy_all(nv, handle, available, where)
+        raise
     return list_devices(nv, index, handle, total_mib)
+
+
+def _create_ci(nv: ModuleType, gi: Any, *, size: int, where: str) -> None:
+    ci_index = _CI_PROFILE_BY_SLICES.get(size)
+    if ci_index is None:
+        raise GpuError(f"{where}: no compute-instance profile has {size} slices")
+    fn = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo
+    shared = nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+    ci_info = call("nvmlGpuInstanceGetComputeInstanceProfileInfo", fn, gi, ci_index, shared, version=1, what=where)
+    fn = nv.nvmlGpuInstanceCreateComputeInstance
+    call("nvmlGpuInstanceCreateComputeInstance", fn, gi, ci_info.id, what=where)
 
 
 def _destroy_all(nv: ModuleType, handle: Any, available: Sequence[MigProfile], where: str) -> None:
@@ -159,17 +209,7 @@ def _destroy_all(nv: ModuleType, handle: Any, available: Sequence[MigProfile], w
 
 def _compute_instances(nv: ModuleType, gi: Any, where: str) -> list[Any]:
     out: list[Any] = []
-    shared = nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
-    for ci_index in range(nv.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-        try:
-            fn = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo
-            info = call("nvmlGpuInstanceGetComputeInstanceProfileInfo", fn, gi, ci_index, shared, version=1)
-        except GpuLostError:
-            raise
-        except GpuError:
-            continue  # profile index not offered inside this GPU instance
-        if not info.instanceCount:
-            continue
+    for _, info in _ci_profiles(nv, gi, where):
         array = (nv.c_nvmlComputeInstance_t * int(info.instanceCount))()
         count = ctypes.c_uint(0)
         fn = nv.nvmlGpuInstanceGetComputeInstances

@@ -11,9 +11,12 @@ process can carry thousands of simulated nodes. Locking is the owning backend's 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
+from typing import Any
 
+from gpu_operator.gpu import telemetry
 from gpu_operator.gpu.catalog import GpuModel
 from gpu_operator.gpu.types import MigDevice, Sample
 
@@ -49,6 +52,7 @@ class SimGpu:
         "nvlink_kib",
         "pcie_replays",
         "phase",
+        "pinned",
         "serial",
         "uuid",
     )
@@ -72,6 +76,7 @@ class SimGpu:
         self.energy_mj = float(int(h[56:64], 16) % 10**9)  # energy since boot: boots happened at different times
         self.nvlink_kib = 0.0
         self.last_t = now
+        self.pinned: dict[str, Any] = {}  # Sample attribute -> a value a test gave this GPU
 
     def utilisation(self, t: float) -> float:
         """Load plus a small wave, never below 0 or above 100, exactly 0 for an idle GPU."""
@@ -93,7 +98,9 @@ class SimGpu:
         used = round(usable * (0.002 + 0.9 * busy))
         temperature = 30.0 + 45.0 * busy + 0.5 * math.sin(2 * math.pi * t / _PERIOD_S + self.phase)
         idle_sm, max_sm = model.sm_clock_mhz
-        return Sample(
+        can = telemetry.telemetry_of(model)
+        tx_kbps, rx_kbps = telemetry.pcie_kbps(busy)
+        sample = Sample(
             uuid=self.uuid,
             gpu_util_pct=round(util, 2),
             mem_copy_util_pct=round(util * 0.6, 2),
@@ -103,7 +110,7 @@ class SimGpu:
             fb_free_mib=usable - used,
             fb_reserved_mib=reserved,
             temperature_c=round(temperature, 1),
-            memory_temperature_c=round(temperature + 4.0, 1),
+            memory_temperature_c=round(temperature + 4.0, 1) if can.memory_sensor else None,
             power_w=round(power, 2),
             total_energy_mj=int(self.energy_mj),
             sm_clock_mhz=idle_sm if util == 0 else round(idle_sm + (max_sm - idle_sm) * min(1.0, 0.6 + busy)),
@@ -111,9 +118,19 @@ class SimGpu:
             pcie_replay_count=self.pcie_replays,
             ecc_sbe_volatile=self.ecc_sbe,
             ecc_dbe_volatile=self.ecc_dbe,
-            nvlink_bandwidth_total=int(self.nvlink_kib),
+            nvlink_bandwidth_total=int(self.nvlink_kib) if can.nvlink else None,
             last_xid=self.last_xid,
+            pcie_tx_bytes_per_s=tx_kbps * 1024,
+            pcie_rx_bytes_per_s=rx_kbps * 1024,
+            remapped_rows_correctable=0 if can.row_remapping else None,
+            remapped_rows_uncorrectable=0 if can.row_remapping else None,
+            row_remap_failure=0 if can.row_remapping else None,
+            clock_event_reasons=telemetry.CLOCK_EVENT_GPU_IDLE if util == 0 else 0,
+            profiling=telemetry.profiling(busy) if can.gpm else {},
         )
+        return dataclasses.replace(sample, **self.pinned) if self.pinned else sample
 
-    def mig_uuid(self, *, seed: int, node_name: str, gi_id: int) -> str:
-        return uuid_from("MIG", digest("mig", seed, node_name, self.index, self.mig_generation, gi_id))
+    def mig_uuid(self, *, seed: int, node_name: str, gi_id: int, ci_id: int = 0) -> str:
+        # The first compute instance keeps the digest a GPU instance alone had, so UUIDs stay stable.
+        parts: tuple[object, ...] = (self.index, self.mig_generation, gi_id) + ((ci_id,) if ci_id else ())
+        return uuid_from("MIG", digest("mig", seed, node_name, *parts))

@@ -11,15 +11,18 @@ state is created on first use, so a thousand nodes in one process cost little.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from gpu_operator.gpu import recovery
 from gpu_operator.gpu.backend import GpuError, GpuLostError, GpuNotFoundError, NotSupportedError
 from gpu_operator.gpu.catalog import GpuModel, NodeProfile, cuda_version_for_driver
-from gpu_operator.gpu.mig import validate_geometry
+from gpu_operator.gpu.mig import device_profile, plan_geometry
+from gpu_operator.gpu.mig_attributes import attributes_for
 from gpu_operator.gpu.simstate import SimGpu
 from gpu_operator.gpu.types import Device, HealthEvent, Link, MigDevice, Sample
 
@@ -53,6 +56,7 @@ class SimulatedBackend:
         self._closed = False
         self._gpus: dict[int, SimGpu] = {}
         self._events: deque[HealthEvent] = deque(maxlen=_MAX_QUEUED_EVENTS)
+        self._recovery: dict[int, tuple[int, int]] = {}  # index -> (recovery action asked for, its XID)
         self._cond = threading.Condition()
 
     # --- GpuBackend ---------------------------------------------------------------------------
@@ -82,7 +86,7 @@ class SimulatedBackend:
     def mig_devices(self, index: int) -> Sequence[MigDevice]:
         with self._cond:
             self._check()
-            return list(self._gpu(index, use=True).mig)
+            return self._with_attributes(self._gpu(index, use=True).mig)
 
     def set_mig_mode(self, index: int, *, enabled: bool) -> bool:
         with self._cond:
@@ -101,21 +105,24 @@ class SimulatedBackend:
             model = self._require_model()
             if not gpu.mig_enabled:
                 raise GpuError(f"GPU {index}: MIG mode is disabled; enable it (and reset the GPU) first")
-            chosen = validate_geometry(available=model.mig_profiles, requested=profiles, gpu=f"GPU {index}")
+            plans = plan_geometry(available=model.mig_profiles, requested=profiles, gpu=f"GPU {index}")
             gpu.mig_generation += 1
+            # GPU instance IDs from 1, compute instance IDs from 0 within each, as NVML numbers them.
+            instances = [(gi_id, ci_id, plan, size) for gi_id, plan in enumerate(plans, 1) for ci_id, size in
+                         enumerate(plan.compute)]  # fmt: skip
             gpu.mig = [
                 MigDevice(
-                    uuid=gpu.mig_uuid(seed=self._seed, node_name=self._node, gi_id=slot + 1),
+                    uuid=gpu.mig_uuid(seed=self._seed, node_name=self._node, gi_id=gi_id, ci_id=ci_id),
                     parent_index=index,
-                    profile=p.name,
-                    gi_id=slot + 1,
-                    ci_id=0,
-                    memory_mib=p.memory_mib,
+                    profile=device_profile(compute=size, gi=plan.profile),
+                    gi_id=gi_id,
+                    ci_id=ci_id,
+                    memory_mib=plan.profile.memory_mib,
                     index=slot,
                 )
-                for slot, p in enumerate(chosen)
+                for slot, (gi_id, ci_id, plan, size) in enumerate(instances)
             ]
-            return list(gpu.mig)
+            return self._with_attributes(gpu.mig)
 
     def sample(self) -> Sequence[Sample]:
         with self._cond:
@@ -153,6 +160,9 @@ class SimulatedBackend:
             gpu.last_xid = xid
             if xid in _DBE_XIDS:
                 gpu.ecc_dbe += 1
+            action = recovery.action_for_xid(xid)
+            if action != recovery.NONE:  # as the driver does: the XID sets the GPU's recovery action
+                self._recovery[index] = (action, xid)
             self._emit(HealthEvent(uuid=gpu.uuid, xid=xid, gi_id=gi_id, ci_id=ci_id, message=f"XID {xid}"))
 
     def lose_gpu(self, index: int) -> None:
@@ -168,12 +178,37 @@ class SimulatedBackend:
         with self._cond:
             gpu = self._gpu(index)
             gpu.lost = False
+            self._recovery.pop(index, None)
             self._emit(HealthEvent(uuid=gpu.uuid, recovered=True, message="GPU healthy again"))
 
     def reset_gpu(self, index: int) -> None:
-        """What ``nvidia-smi -r`` does: apply a pending MIG mode change; MIG devices do not survive it."""
+        """What ``nvidia-smi -r`` does: apply a pending MIG mode change; MIG devices do not survive it.
+
+        A reset also satisfies the recovery action an XID asked for (``gpu.recovery``): the action goes
+        back to none and a recovered event (``reset=True``) says so, as the NVML backend reports it.
+        """
         with self._cond:
-            self._reset(self._gpu(index, use=True))
+            gpu = self._gpu(index, use=True)
+            self._reset(gpu)
+            action, xid = self._recovery.pop(index, (recovery.NONE, 0))
+            if recovery.needs_reset(action):
+                message = f"GPU reset cleared XID {xid} ({recovery.describe(action)} was required)"
+                self._emit(HealthEvent(uuid=gpu.uuid, recovered=True, reset=True, message=message))
+
+    def recovery_action(self, index: int) -> int:
+        """The recovery action GPU ``index`` waits for (``gpu.recovery``; NONE when there is none)."""
+        with self._cond:
+            return self._recovery.get(index, (recovery.NONE, 0))[0]
+
+    def set_readings(self, index: int, **values: object) -> None:
+        """Give GPU ``index`` fixed readings (``Sample`` attribute names), as a test gives the fake driver
+        values; ``None`` makes a reading unsupported. Unknown names raise ValueError naming them."""
+        known = {f.name for f in dataclasses.fields(Sample)} - {"uuid"}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"not readings of a Sample: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        with self._cond:
+            self._gpu(index).pinned.update(values)
 
     def set_load(self, index: int, pct: float) -> None:
         """Set the load level (0-100 %) that drives GPU ``index``'s utilisation, power and temperature."""
@@ -241,6 +276,11 @@ class SimulatedBackend:
         self._events.append(event)
         self._cond.notify_all()
 
+    def _with_attributes(self, migs: Sequence[MigDevice]) -> list[MigDevice]:
+        """The MIG devices with what NVML's nvmlDeviceGetAttributes would report for each."""
+        profiles = self._require_model().mig_profiles
+        return [dataclasses.replace(m, attributes=attributes_for(m.profile, profiles=profiles)) for m in migs]
+
     def _device(self, gpu: SimGpu) -> Device:
         model = self._require_model()
         return Device(
@@ -255,6 +295,7 @@ class SimulatedBackend:
             board_part_number=model.board_part_number,
             numa_node=self._profile.numa_node(gpu.index),
             pci_device_id=model.pci_device_id,
+            pci_class=model.pci_class,
             minor_number=gpu.index,
             mig_capable=model.mig_capable,
             mig_enabled=gpu.mig_enabled,

@@ -6,6 +6,7 @@ tests can build and compare them freely. The interface that returns them is in `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -56,16 +57,31 @@ class MigProfile:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MigAttributes:
+    """A MIG device's share of its GPU, as NVML's nvmlDeviceGetAttributes reports it (GFD's MIG labels)."""
+
+    multiprocessors: int
+    gi_slices: int  # slices of the GPU instance
+    ci_slices: int  # slices of the compute instance (at most the GPU instance's)
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpegs: int
+    ofas: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class MigDevice:
-    """A MIG device: one GPU instance with its compute instance."""
+    """A MIG device: one compute instance, in its GPU instance (which may hold several)."""
 
     uuid: str
     parent_index: int
-    profile: str  # e.g. "1g.10gb"
+    profile: str  # e.g. "1g.10gb"; "1c.3g.40gb" for a 1-slice compute instance in a 3g.40gb GPU instance
     gi_id: int
     ci_id: int
     memory_mib: int
     index: int  # position among the parent's MIG devices
+    attributes: MigAttributes | None = None  # None: the driver cannot say (nvmlDeviceGetAttributes unsupported)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +104,10 @@ class Device:
     mig_enabled: bool = False  # current MIG mode
     mig_pending: bool = False  # a mode change waits for a GPU reset
     mig_profiles: tuple[MigProfile, ...] = ()
+    pci_class: int | None = None  # 24-bit PCI class: 0x030200 3D controller (compute), 0x030000 VGA; None: unknown
+    # "<cluster UUID>.<clique ID>" of a GPU attached to a multi-node NVLink fabric (GB200 NVL72 ...);
+    # None when not attached: no fabric, registration not complete, or an all-zero cluster UUID (HGX H100).
+    fabric_clique: str | None = None
 
     @property
     def family(self) -> str:
@@ -96,20 +116,44 @@ class Device:
 
 @dataclass(frozen=True, kw_only=True)
 class HealthEvent:
-    """Something happened to a GPU. ``xid`` is set for XID errors; ``lost``/``recovered`` otherwise."""
+    """Something happened to a GPU. ``xid`` is set for XID errors; ``lost``/``recovered`` otherwise.
+
+    ``reset`` with ``recovered``: a GPU reset cleared the fault (the driver's recovery action went back
+    to none after asking for a reset), as opposed to a lost GPU answering again.
+    """
 
     uuid: str
     xid: int | None = None
     lost: bool = False
     recovered: bool = False
+    reset: bool = False
     gi_id: int | None = None  # MIG: the GPU instance concerned, None for the whole GPU
     ci_id: int | None = None
     message: str = ""
 
 
+#: GPU performance-monitoring (GPM) metrics a Sample may carry, as fractions of time or bandwidth
+#: (0.0-1.0): NVML's GPM on Hopper and later, what DCGM's profiling module reports as DCGM_FI_PROF_*.
+PROFILING_METRICS = (
+    "graphics_active",
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_active",
+    "fp64_active",
+    "fp32_active",
+    "fp16_active",
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Sample:
-    """One reading of a GPU's counters (units as DCGM reports them)."""
+    """One reading of a GPU's counters (units as DCGM reports them).
+
+    ``None`` means the GPU cannot give that reading (no memory sensor on a GDDR part, no NVLink, no
+    row remapping before Ampere, no GPM before Hopper, no licence outside a vGPU guest): the exporter
+    then leaves the series out rather than reporting a made-up 0.
+    """
 
     uuid: str
     gpu_util_pct: float
@@ -120,7 +164,7 @@ class Sample:
     fb_free_mib: int
     fb_reserved_mib: int
     temperature_c: float
-    memory_temperature_c: float
+    memory_temperature_c: float | None
     power_w: float
     total_energy_mj: int
     sm_clock_mhz: int
@@ -128,6 +172,13 @@ class Sample:
     pcie_replay_count: int
     ecc_sbe_volatile: int = 0
     ecc_dbe_volatile: int = 0
-    nvlink_bandwidth_total: int = 0
-    last_xid: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
+    nvlink_bandwidth_total: int | None = None  # KiB sent and received over all NVLinks since boot
+    last_xid: int = 0  # the last XID the driver reported (0: none since the reader started)
+    pcie_tx_bytes_per_s: int | None = None
+    pcie_rx_bytes_per_s: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    row_remap_failure: int | None = None  # 1 when a row could not be remapped
+    clock_event_reasons: int | None = None  # NVML's clocks-event reason bit mask
+    vgpu_license_status: int | None = None  # 1 licensed, 0 not (vGPU guests only)
+    profiling: Mapping[str, float] = field(default_factory=dict)  # PROFILING_METRICS -> fraction

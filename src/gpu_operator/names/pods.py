@@ -34,6 +34,7 @@ class PodView:
     mirror: bool = False  # a static pod's mirror: the API cannot evict it
     ready: bool = True
     created: float = 0.0  # unix seconds
+    uid: str = ""
 
     @property
     def key(self) -> str:
@@ -75,6 +76,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         mirror=MIRROR_ANNOTATION in (meta.get("annotations") or {}),
         ready=is_ready(pod),
         created=_seconds(meta.get("creationTimestamp")),
+        uid=str(meta.get("uid", "")),
     )
 
 

@@ -69,6 +69,8 @@ def render_mig_manager(ctx: RenderContext) -> list[JSON]:
         env("GPU_CLIENTS_FILE", f"{CLIENTS_DIR}/clients.yaml"),
         env("DEFAULT_GPU_CLIENTS_NAMESPACE", ns),
         env("WITH_REBOOT", "false"),
+        # A host-installed driver may have host services holding the GPUs (upstream: $IS_HOST_DRIVER).
+        env("WITH_SHUTDOWN_HOST_GPU_CLIENTS", str(not ctx.containerized_driver).lower()),
         env("NVIDIA_DRIVER_ROOT", ctx.driver_root),
         env("CDI_ENABLED", str(ctx.cdi).lower()),
     ]

@@ -75,7 +75,8 @@ _NODE_GET = Rule(("",), ("nodes",), ("get",))
 _NODE_READ = Rule(("",), ("nodes",), READ)
 _NODE_LABEL = Rule(("",), ("nodes",), ("get", "list", "watch", "patch"))
 _POD_REMOVE = (Rule(("",), ("pods",), ("get", "list", "watch", "delete")), Rule(("",), ("pods/eviction",), ("create",)))
-#: The driver and MIG managers record Events about their node (in "default", as the kubelet does).
+#: The driver and MIG managers and the device plugin record Events about their node (in "default", as
+#: the kubelet does).
 _NODE_EVENTS = Rule(("",), ("events",), ("create", "patch"))
 
 #: Service account -> what our agents running under it may do. Not listed: an account and no rules.
@@ -86,8 +87,9 @@ OPERAND_PERMISSIONS: Mapping[str, Permissions] = MappingProxyType(
             cluster=(_NODE_LABEL, *_POD_REMOVE, Rule(("apps",), ("daemonsets",), READ), _NODE_EVENTS)
         ),
         "nvidia-operator-validator": Permissions(cluster=(_NODE_GET,)),
-        # The device plugin and GFD read the node's nvidia.com/device-plugin.config label.
-        "nvidia-device-plugin": Permissions(cluster=(_NODE_READ,)),
+        # The device plugin and GFD read the node's nvidia.com/device-plugin.config label; the plugin
+        # records GpuUnhealthy / GpuRecovered Events about its node.
+        "nvidia-device-plugin": Permissions(cluster=(_NODE_READ, _NODE_EVENTS)),
         "nvidia-mps-control-daemon": Permissions(cluster=(_NODE_GET,)),
         # Without NFD, GPU discovery labels its node nvidia.com/gpu.discovered.
         "nvidia-gpu-discovery": Permissions(cluster=(_NODE_LABEL,)),

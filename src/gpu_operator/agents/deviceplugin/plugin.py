@@ -5,7 +5,9 @@ and that its own sockets still exist (a kubelet restart deletes them) and, if no
 servers and registers again (between passes that check alone runs every ``KUBELET_WATCH_SECONDS``,
 so a restarted kubelet is answered at once); it also re-reads the settings and, when they changed and are valid,
 rebuilds the resources. An invalid config is logged and the previous one keeps serving. Health
-events are read by one thread per plugin (backend waits block) and pushed to the streams.
+events are read by one thread per plugin (backend waits block) and pushed to the streams; the same
+thread brings devices back when the recovery policy says so (``health``), and every health change is
+counted and reported on the event loop (``healthreport``), so the plugin never needs a restart.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 
 from gpu_operator.agents.deviceplugin import mps
 from gpu_operator.agents.deviceplugin.allocation import Topology
-from gpu_operator.agents.deviceplugin.health import HealthBook, XidPolicy
+from gpu_operator.agents.deviceplugin.health import HealthBook, RecoveryPolicy, Transition, XidPolicy
+from gpu_operator.agents.deviceplugin.healthreport import EventSink, HealthReport
 from gpu_operator.agents.deviceplugin.server import OPTIONS, ResourceServer
 from gpu_operator.agents.shared.pluginconfig import ConfigError, Settings
 from gpu_operator.agents.shared.resources import LayoutError, Resource, build_resources
@@ -49,6 +52,7 @@ class DevicePlugin:
         env: Mapping[str, str],
         interval: float = 0.25,
         name: str = "device-plugin",
+        events: EventSink | None = None,
     ) -> None:
         self.backend = backend
         self.plugin_dir = plugin_dir
@@ -58,7 +62,8 @@ class DevicePlugin:
         self._policy = XidPolicy.from_env(env)
         self.settings: Settings | None = None
         self.servers: list[ResourceServer] = []
-        self.health = HealthBook(policy=self._policy)
+        self.health = HealthBook(policy=self._policy, recovery=RecoveryPolicy.from_env(env))
+        self.report = HealthReport(unhealthy_now=self.health.unhealthy_count, events=events, name=name)
         self.registrations = 0  # how many times resources were registered (tests and metrics)
         self.last_error: str | None = None
         self._kubelet_id: tuple[int, int] | None = None
@@ -148,12 +153,16 @@ class DevicePlugin:
                 log.warning("%s: health events unavailable: %s", self.name, exc)
                 self._stop_health.wait(1.0)
                 continue
-            if events and self.health.apply(events):
-                loop.call_soon_threadsafe(self._notify)
+            changed = self.health.apply(events) if events else False
+            changed |= self.health.expire()  # the quiet period, checked at least every half second
+            transitions = self.health.take_transitions()
+            if changed or transitions:
+                loop.call_soon_threadsafe(self._on_health, transitions)
 
-    def _notify(self) -> None:
+    def _on_health(self, transitions: list[Transition]) -> None:
         for server in self.servers:
-            server.notify()
+            server.notify()  # every ListAndWatch stream re-sends the list with the new health
+        self.report.record(transitions)
 
     # -- main loop -----------------------------------------------------------------------------------
 
@@ -244,6 +253,8 @@ class DevicePlugin:
             self._stop_health.set()
             await self._stop_servers()
             await asyncio.to_thread(thread.join, 2.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.report.flush(), timeout=2.0)
 
 
 def _fingerprint(devices: list[Device], mig: Mapping[int, list[MigDevice]]) -> tuple[object, ...]:

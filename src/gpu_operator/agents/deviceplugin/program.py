@@ -4,6 +4,11 @@ Settings come from the node's named config (``agents.shared.nodeconfig``: the en
 ``CONFIG_FILE`` or the ConfigMap key named by the node's ``nvidia.com/device-plugin.config`` label).
 Both the label and the files are re-read on every pass, so a change reconfigures the plugin without a
 pod restart.
+
+Health settings (``DP_DISABLE_HEALTHCHECKS``, ``DP_ENABLE_HEALTHCHECKS``, ``DP_RECOVER_ON_RESET``,
+``DP_RECOVER_QUIET_SECONDS``) are described in ``health``; health changes become Events on the Node
+(through ``ctx.cluster`` when the context has one) and metrics (``healthreport``) served on
+``DP_METRICS_LISTEN`` (``host:port``, e.g. ``:9402``; unset: no metrics endpoint) at ``/metrics``.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import logging
 from gpu_operator.agents.deviceplugin import cdispec
 from gpu_operator.agents.deviceplugin.plugin import DevicePlugin
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.cluster import cluster_of
+from gpu_operator.agents.shared.httpserver import METRICS_CONTENT_TYPE, HttpServer, Page, parse_listen
 from gpu_operator.agents.shared.nodeconfig import NamedConfigs
 from gpu_operator.agents.shared.pluginconfig import Settings
 from gpu_operator.gpu.backend import GpuError
@@ -41,7 +48,11 @@ async def main(ctx: AgentContext) -> None:
         env=ctx.env,
         interval=float(ctx.env.get("DP_RECONCILE_INTERVAL", "1.0")),
         name=f"device-plugin[{ctx.node_name}]",
+        events=cluster_of(ctx),
     )
+    metrics = _metrics_server(ctx, plugin)
+    if metrics is not None:
+        await metrics.start()
     stop = asyncio.Event()
     task = asyncio.create_task(plugin.run(stop=stop))
     ticks = 0
@@ -60,3 +71,23 @@ async def main(ctx: AgentContext) -> None:
     finally:
         stop.set()
         await task
+        if metrics is not None:
+            await metrics.close()
+
+
+def _metrics_server(ctx: AgentContext, plugin: DevicePlugin) -> HttpServer | None:
+    listen = ctx.env.get("DP_METRICS_LISTEN", "").strip()
+    if not listen:
+        return None
+    host, port = parse_listen(listen, variable="DP_METRICS_LISTEN")
+    host = host or ctx.env.get("GPU_OPERATOR_BIND_ADDRESS", "")  # see agents/runtime.py
+    health = Page(b"OK\n")
+    return HttpServer(
+        host=host,
+        port=port,
+        routes={
+            "/metrics": lambda: Page(plugin.report.render().encode(), content_type=METRICS_CONTENT_TYPE),
+            "/health": lambda: health,
+        },
+        name=f"device-plugin-metrics[{ctx.node_name}]",
+    )

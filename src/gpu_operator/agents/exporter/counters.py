@@ -3,12 +3,10 @@
 **Fields.** An :class:`Entity` is what one series describes: a whole GPU, or one MIG GPU instance of it
 (DCGM's ``GPU_I`` entity). Backends report counters per physical GPU, so a MIG instance repeats its
 parent's device-level values (clocks, temperatures, power, as DCGM does) and gets a share of the
-framebuffer proportional to its memory; the utilisation fields are not reported for MIG instances, as
-DCGM does not support them there (NVIDIA/dcgm-exporter#272). Profiling (``DCGM_FI_PROF_*``) fields need
-DCGM's profiling module: a backend may supply them in ``Sample.extra`` under the field name; otherwise
-the two with an NVML equivalent are derived (graphics-engine activity from GPU utilisation, DRAM
-activity from memory-copy utilisation) and the others are left out, as dcgm-exporter leaves out fields
-that are not enabled.
+framebuffer proportional to its memory; the utilisation and profiling fields are not reported for MIG
+instances, as DCGM does not support them there (NVIDIA/dcgm-exporter#272). Every value comes from the
+backend's reading (``gpu.nvml_readings`` lists the NVML call behind each); a reading the GPU cannot
+give is ``None`` and its series is left out, as dcgm-exporter leaves out fields a GPU does not support.
 
 **CSV.** One record per line, ``field, type, help``; blank lines and lines starting with ``#`` are
 ignored and spaces around each cell are trimmed (upstream's own file has ``DCGM_FI_DEV_DEC_UTIL ,``).
@@ -57,14 +55,14 @@ class Field:
     read: Callable[[Entity], Value]
     text: bool = False
     mig: bool = True  # also reported for MIG instances
+    reading: str = ""  # the Sample attribute it reports (``gpu.telemetry.NVML_SOURCES`` names the NVML call)
 
 
-def _extra(name: str, fallback: Callable[[Entity], Value] | None = None) -> Callable[[Entity], Value]:
+def _profiling(name: str) -> Callable[[Entity], Value]:
+    """A GPM metric (``types.PROFILING_METRICS``), absent on GPUs without GPM."""
+
     def read(entity: Entity) -> Value:
-        value = entity.sample.extra.get(name)
-        if value is not None:
-            return value
-        return fallback(entity) if fallback is not None else None
+        return entity.sample.profiling.get(name)
 
     return read
 
@@ -87,57 +85,66 @@ def _sample(attribute: str) -> Callable[[Entity], Value]:
     return read
 
 
-def _zero(name: str) -> Callable[[Entity], Value]:
-    """A field backends rarely report, 0 when absent (what DCGM shows on GPUs without the feature)."""
-    return _extra(name, lambda entity: 0)
+#: The DCGM profiling field of each GPM metric.
+PROFILING_FIELDS = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "graphics_active",
+    "DCGM_FI_PROF_SM_ACTIVE": "sm_active",
+    "DCGM_FI_PROF_SM_OCCUPANCY": "sm_occupancy",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor_active",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "dram_active",
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": "fp64_active",
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": "fp32_active",
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": "fp16_active",
+}
+
+
+def _s(name: str, attribute: str, *, mig: bool = True) -> Field:
+    return Field(name=name, read=_sample(attribute), reading=attribute, mig=mig)
 
 
 def _fields() -> dict[str, Field]:
     table = [
-        Field(name="DCGM_FI_DEV_SM_CLOCK", read=_sample("sm_clock_mhz")),
-        Field(name="DCGM_FI_DEV_MEM_CLOCK", read=_sample("mem_clock_mhz")),
-        Field(name="DCGM_FI_DEV_MEMORY_TEMP", read=_sample("memory_temperature_c")),
-        Field(name="DCGM_FI_DEV_GPU_TEMP", read=_sample("temperature_c")),
-        Field(name="DCGM_FI_DEV_POWER_USAGE", read=_sample("power_w")),
-        Field(name="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", read=_sample("total_energy_mj")),
-        Field(name="DCGM_FI_DEV_PCIE_REPLAY_COUNTER", read=_sample("pcie_replay_count")),
-        Field(name="DCGM_FI_DEV_GPU_UTIL", read=_sample("gpu_util_pct"), mig=False),
-        Field(name="DCGM_FI_DEV_MEM_COPY_UTIL", read=_sample("mem_copy_util_pct"), mig=False),
-        Field(name="DCGM_FI_DEV_ENC_UTIL", read=_sample("enc_util_pct")),
-        Field(name="DCGM_FI_DEV_DEC_UTIL", read=_sample("dec_util_pct")),
-        Field(name="DCGM_FI_DEV_XID_ERRORS", read=_sample("last_xid")),
-        Field(name="DCGM_FI_DEV_FB_FREE", read=_fb("fb_free_mib")),
-        Field(name="DCGM_FI_DEV_FB_USED", read=_fb("fb_used_mib")),
-        Field(name="DCGM_FI_DEV_FB_RESERVED", read=_fb("fb_reserved_mib")),
-        Field(name="DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", read=_sample("nvlink_bandwidth_total")),
-        Field(name="DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", read=_sample("ecc_sbe_volatile")),
-        Field(name="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", read=_sample("ecc_dbe_volatile")),
-        # Bare-metal GPUs hold no vGPU licence: DCGM reports 0 there.
-        Field(name="DCGM_FI_DEV_VGPU_LICENSE_STATUS", read=_zero("DCGM_FI_DEV_VGPU_LICENSE_STATUS")),
-        Field(name="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", read=_zero("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")),
-        Field(name="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", read=_zero("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")),
-        Field(name="DCGM_FI_DEV_ROW_REMAP_FAILURE", read=_zero("DCGM_FI_DEV_ROW_REMAP_FAILURE")),
-        Field(
-            name="DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-            read=_extra("DCGM_FI_PROF_GR_ENGINE_ACTIVE", lambda e: round(e.sample.gpu_util_pct / 100.0, 6)),
+        _s("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz"),
+        _s("DCGM_FI_DEV_MEM_CLOCK", "mem_clock_mhz"),
+        _s("DCGM_FI_DEV_MEMORY_TEMP", "memory_temperature_c"),
+        _s("DCGM_FI_DEV_GPU_TEMP", "temperature_c"),
+        _s("DCGM_FI_DEV_POWER_USAGE", "power_w"),
+        _s("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "total_energy_mj"),
+        _s("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "pcie_replay_count"),
+        _s("DCGM_FI_DEV_GPU_UTIL", "gpu_util_pct", mig=False),
+        _s("DCGM_FI_DEV_MEM_COPY_UTIL", "mem_copy_util_pct", mig=False),
+        _s("DCGM_FI_DEV_ENC_UTIL", "enc_util_pct"),
+        _s("DCGM_FI_DEV_DEC_UTIL", "dec_util_pct"),
+        _s("DCGM_FI_DEV_XID_ERRORS", "last_xid"),
+        *(
+            Field(name=f"DCGM_FI_DEV_FB_{part.upper()}", read=_fb(f"fb_{part}_mib"), reading=f"fb_{part}_mib")
+            for part in ("free", "used", "reserved")
         ),
-        Field(name="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", read=_extra("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")),
-        Field(
-            name="DCGM_FI_PROF_DRAM_ACTIVE",
-            read=_extra("DCGM_FI_PROF_DRAM_ACTIVE", lambda e: round(e.sample.mem_copy_util_pct / 100.0, 6)),
+        _s("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "nvlink_bandwidth_total"),
+        _s("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "ecc_sbe_volatile"),
+        _s("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc_dbe_volatile"),
+        _s("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "vgpu_license_status"),
+        _s("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "remapped_rows_uncorrectable"),
+        _s("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "remapped_rows_correctable"),
+        _s("DCGM_FI_DEV_ROW_REMAP_FAILURE", "row_remap_failure"),
+        _s("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "clock_event_reasons"),
+        # The field's name before DCGM 3.3 renamed "throttle" to "clocks event".
+        _s("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "clock_event_reasons"),
+        _s("DCGM_FI_PROF_PCIE_TX_BYTES", "pcie_tx_bytes_per_s"),
+        _s("DCGM_FI_PROF_PCIE_RX_BYTES", "pcie_rx_bytes_per_s"),
+        *(
+            Field(name=name, read=_profiling(metric), reading=f"profiling.{metric}", mig=False)
+            for name, metric in PROFILING_FIELDS.items()
         ),
-        Field(name="DCGM_FI_PROF_PCIE_TX_BYTES", read=_extra("DCGM_FI_PROF_PCIE_TX_BYTES")),
-        Field(name="DCGM_FI_PROF_PCIE_RX_BYTES", read=_extra("DCGM_FI_PROF_PCIE_RX_BYTES")),
-        Field(name="DCGM_FI_PROF_SM_ACTIVE", read=_extra("DCGM_FI_PROF_SM_ACTIVE")),
-        Field(name="DCGM_FI_PROF_SM_OCCUPANCY", read=_extra("DCGM_FI_PROF_SM_OCCUPANCY")),
         # Text fields: dcgm-exporter turns a field of type "label" into a label on every sample.
-        Field(name="DCGM_FI_DRIVER_VERSION", read=lambda e: e.driver_version, text=True),
-        Field(name="DCGM_FI_DEV_NAME", read=lambda e: e.device.name, text=True),
-        Field(name="DCGM_FI_DEV_SERIAL", read=lambda e: e.device.serial, text=True),
-        Field(name="DCGM_FI_DEV_UUID", read=lambda e: e.device.uuid, text=True),
+        Field(name="DCGM_FI_DRIVER_VERSION", read=lambda e: e.driver_version, text=True, reading="driver_version"),
+        Field(name="DCGM_FI_DEV_NAME", read=lambda e: e.device.name, text=True, reading="device.name"),
+        Field(name="DCGM_FI_DEV_SERIAL", read=lambda e: e.device.serial, text=True, reading="device.serial"),
+        Field(name="DCGM_FI_DEV_UUID", read=lambda e: e.device.uuid, text=True, reading="device.uuid"),
         Field(
             name="DCGM_FI_DEV_MINOR_NUMBER",
             read=lambda e: e.device.minor_number if e.device.minor_number is not None else e.device.index,
+            reading="device.minor_number",
         ),
     ]
     return {f.name: f for f in table}

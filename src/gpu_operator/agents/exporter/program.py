@@ -8,7 +8,8 @@ Environment (dcgm-exporter's names and defaults):
 - ``DCGM_EXPORTER_KUBERNETES`` (false): pod attribution through PodResources on
   ``DCGM_POD_RESOURCES_KUBELET_SOCKET`` (the context's own socket when unset, else the kubelet's
   path), with ``DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE`` (uid | device-name), ``KUBERNETES_VIRTUAL_GPUS``
-  and ``NVIDIA_RESOURCE_NAMES``;
+  and ``NVIDIA_RESOURCE_NAMES``; ``DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS`` and ``..._POD_UID``
+  add the pod's labels and ``pod_uid`` (read from the API server);
 - ``NODE_NAME`` / ``DCGM_EXPORTER_NO_HOSTNAME`` for the ``Hostname`` label;
 - ``DCGM_EXPORTER_WEB_CONFIG_FILE``: TLS and basic auth (``webconfig``). A broken web config stops the
   exporter instead of serving plain HTTP.
@@ -28,6 +29,7 @@ from gpu_operator.agents.exporter.collector import Collector, CounterSource
 from gpu_operator.agents.exporter.pods import PodMapper
 from gpu_operator.agents.exporter.webconfig import load_web_config
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.cluster import cluster_of
 from gpu_operator.agents.shared.httpserver import HttpServer, Page, parse_listen
 from gpu_operator.agents.shared.podresources import pod_resources_socket
 
@@ -53,6 +55,8 @@ class Settings:
     id_type: str
     virtual_gpus: bool
     resource_names: tuple[str, ...]
+    pod_labels: bool
+    pod_uid: bool
     hostname: str | None
     web_config: Path | None
 
@@ -83,6 +87,8 @@ class Settings:
             id_type=id_type,
             virtual_gpus=true(env.get("KUBERNETES_VIRTUAL_GPUS")),
             resource_names=names,
+            pod_labels=true(env.get("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS")),
+            pod_uid=true(env.get("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID")),
             hostname=hostname,
             web_config=ctx.path(web) if web else None,
         )
@@ -103,6 +109,9 @@ class Exporter:
                 timeout=min(10.0, max(1.0, s.interval)),
                 extra_resources=s.resource_names,
                 name=self.name,
+                cluster=cluster_of(ctx),
+                labels=s.pod_labels,
+                uid=s.pod_uid,
             )
             if s.kubernetes
             else None

@@ -14,10 +14,12 @@ Values follow DCGM's field types: integers as integers, floating-point values wi
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_operator.agents.exporter.counters import FIELDS, CounterSet, Entity, Value
+from gpu_operator.gpu.mig import split_profile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,6 +29,19 @@ class PodRef:
     pod: str
     namespace: str
     container: str
+    uid: str = ""  # pod_uid, with DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID
+    labels: tuple[tuple[str, str], ...] = ()  # the pod's labels, with ..._ENABLE_POD_LABELS
+
+
+#: Attribute names a pod label may not take over.
+RESERVED_ATTRIBUTES = frozenset({"container", "namespace", "pod", "pod_uid"})
+_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def label_name(key: str) -> str:
+    """A pod label key as a Prometheus label name (``app.kubernetes.io/name`` -> ``app_kubernetes_io_name``)."""
+    name = _INVALID.sub("_", key)
+    return f"_{name}" if name[:1].isdigit() else name
 
 
 def escape_label(value: str) -> str:
@@ -77,7 +92,8 @@ def entity_labels(entity: Entity, *, counters: CounterSet, hostname: str | None)
         ("modelName", device.name),
     ]
     if entity.mig is not None:
-        pairs += [("GPU_I_PROFILE", entity.mig.profile), ("GPU_I_ID", str(entity.mig.gi_id))]
+        # dcgm-exporter names the GPU instance's profile, also for a compute instance (1c.3g.40gb).
+        pairs += [("GPU_I_PROFILE", split_profile(entity.mig.profile)[1]), ("GPU_I_ID", str(entity.mig.gi_id))]
     if hostname:
         pairs.append(("Hostname", hostname))
     for label in counters.labels:
@@ -87,10 +103,15 @@ def entity_labels(entity: Entity, *, counters: CounterSet, hostname: str | None)
 
 
 def pod_labels(ref: PodRef) -> str:
-    return (
-        f'container="{escape_label(ref.container)}",namespace="{escape_label(ref.namespace)}",'
-        f'pod="{escape_label(ref.pod)}"'
-    )
+    """The pod attributes, sorted by name as dcgm-exporter's template writes its attribute map."""
+    pairs = {"container": ref.container, "namespace": ref.namespace, "pod": ref.pod}
+    if ref.uid:
+        pairs["pod_uid"] = ref.uid
+    for key, value in ref.labels:
+        name = label_name(key)
+        if name not in RESERVED_ATTRIBUTES and value:
+            pairs.setdefault(name, value)
+    return ",".join(f'{name}="{escape_label(pairs[name])}"' for name in sorted(pairs))
 
 
 def render(

@@ -1,21 +1,27 @@
 """GPU feature discovery labels: a pure function from what the node's GPUs report to the label set.
 
-Label names and value rules follow upstream GFD (see node-labels.md §6): product names sanitised,
-``-SHARED`` for replicated GPUs that keep their name, family from compute capability, CUDA driver
-and runtime versions, MIG capability and per-strategy MIG labels. The writer (feature file,
-NodeFeature object or the Node itself) is chosen elsewhere; this module does no I/O.
+Label names and value rules follow upstream GFD (k8s-device-plugin ``internal/lm``, node-labels.md
+§6): product names sanitised, ``-SHARED`` for replicated GPUs that keep their name, family from
+compute capability, CUDA driver and runtime versions, MIG capability, ``mig.strategy`` and the
+per-strategy MIG labels with the MIG devices' attributes, GPU mode from the PCI class, the NVLink
+fabric clique and the vGPU labels. Nothing is assumed: a fact the backend cannot give leaves its
+label out (or ``unknown`` for the mode). The writer (feature file, NodeFeature object or the Node
+itself) is chosen elsewhere; this module does no I/O.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpu_operator.agents.gfd.vgpu import VgpuInfo
 from gpu_operator.gpu.types import Device, MigDevice
 from gpu_operator.names.keys import GPU_DISCOVERED, GPU_PRESENT
 
 PREFIX = "nvidia.com/"
+_VGA_CLASS, _3D_CLASS = 0x030000, 0x030200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +38,7 @@ class NodeView:
     replicas: int = 1
     renamed: bool = False  # renameByDefault: the resource is advertised as <name>.shared
     timestamp: int | None = None
+    vgpu: VgpuInfo | None = None  # None: the PCI tree was not readable (no vGPU labels)
 
 
 def sanitise(name: str) -> str:
@@ -78,96 +85,141 @@ def _sharing(view: NodeView) -> tuple[str, str]:
     return "1", "none"
 
 
-def _full_gpu_labels(view: NodeView, first: Device, count: int) -> dict[str, str]:
-    replicas, strategy = _sharing(view)
-    product = sanitise(first.name)
-    if replicas != "1" and not view.renamed:
-        product += "-SHARED"
-    major, minor = first.compute_capability
+def _product(*parts: str, shared: bool = False) -> str:
+    return "-".join([sanitise(p) for p in parts if p] + (["SHARED"] if shared else []))
+
+
+def _full_gpu_labels(view: NodeView, device: Device, count: int, *, sharing: bool) -> dict[str, str]:
+    """One GPU model's labels; MIG-enabled models are not shared (replicas 0), as upstream."""
+    replicas, strategy = _sharing(view) if sharing else ("0", "none")
     labels = {
-        "gpu.product": product,
+        "gpu.product": _product(device.name, shared=int(replicas) > 1 and not view.renamed),
         "gpu.count": str(count),
         "gpu.replicas": replicas,
         "gpu.sharing-strategy": strategy,
-        "gpu.family": family(major, minor),
-        "gpu.compute.major": str(major),
-        "gpu.compute.minor": str(minor),
     }
-    if first.memory_mib:
-        labels["gpu.memory"] = str(first.memory_mib)
+    if device.memory_mib:
+        labels["gpu.memory"] = str(device.memory_mib)
+    major, minor = device.compute_capability
+    if major:
+        labels |= {"gpu.family": family(major, minor), "gpu.compute.major": str(major), "gpu.compute.minor": str(minor)}
     return labels
 
 
-def _slices(profile: str) -> str:
-    match = re.match(r"^(\d+)g\.", profile)
-    return match.group(1) if match else "0"
-
-
-def _mig_profile_labels(
-    prefix: str, model: str, profile: str, migs: Sequence[MigDevice], view: NodeView
-) -> dict[str, str]:
-    replicas, strategy = _sharing(view)
-    return {
-        f"{prefix}product": f"{sanitise(model)}-MIG-{profile}",
-        f"{prefix}count": str(len(migs)),
-        f"{prefix}memory": str(migs[0].memory_mib),
-        f"{prefix}slices.gi": _slices(profile),
-        f"{prefix}slices.ci": _slices(profile),
-        f"{prefix}replicas": replicas,
-        f"{prefix}sharing-strategy": strategy,
-    }
-
-
-def _mig_labels(view: NodeView, first: Device) -> dict[str, str]:
-    enabled = [d for d in view.devices if d.mig_enabled]
-    if not enabled or view.mig_strategy == "none":
-        return {}
-    migs = [m for d in enabled for m in view.mig.get(d.index, ())]
-    if view.mig_strategy == "single":
-        profiles = {m.profile for m in migs}
-        if len(profiles) != 1 or len(enabled) != len(view.devices):
-            invalid = f"{sanitise(first.name)}-MIG-INVALID"
-            return {
-                "gpu.product": invalid,
-                "gpu.count": "0",
-                "gpu.replicas": "0",
-                "gpu.sharing-strategy": "",
-                "gpu.memory": "0",
-            }
-        return _mig_profile_labels("gpu.", first.name, profiles.pop(), migs, view)
+def _gpu_labels(view: NodeView) -> dict[str, str]:
+    """Per-model labels under the one ``nvidia.com/gpu`` name. On a node with several models upstream
+    writes each model's set over the last (MIG-enabled models first, whole GPUs over them) in Go map
+    order; here the order is fixed so that the model of the lowest-index GPU of each kind wins."""
+    counts = Counter(d.name for d in view.devices)
     out: dict[str, str] = {}
-    for profile in sorted({m.profile for m in migs}):
-        group = [m for m in migs if m.profile == profile]
-        out |= _mig_profile_labels(f"mig-{profile}.", first.name, profile, group, view)
+    for enabled in (True, False):
+        first: dict[str, Device] = {}
+        for d in view.devices:
+            if d.mig_enabled is enabled:
+                first.setdefault(d.name, d)
+        for name, device in reversed(first.items()):  # the first model goes last: its labels stay
+            out |= _full_gpu_labels(view, device, counts[name], sharing=not enabled)
     return out
 
 
-def compute_labels(view: NodeView) -> dict[str, str]:
-    """The complete GFD label set (keys with the ``nvidia.com/`` prefix); empty without GPUs."""
-    if not view.devices:
-        return {}
-    first = view.devices[0]
-    same_model = [d for d in view.devices if d.name == first.name]
-    labels: dict[str, str] = {
-        "gpu.machine": sanitise(view.machine) or "unknown",
-        "mig.capable": "true" if any(d.mig_capable for d in view.devices) else "false",
-        "mps.capable": "true"
-        if view.sharing_mode == "mps" and not any(d.mig_enabled for d in view.devices)
-        else "false",
-        "gpu.mode": "compute",
-        "vgpu.present": "false",
+def mig_name(profile: str) -> str:
+    """The resource and label name of a MIG profile: ``1g.10gb+me`` -> ``1g.10gb.me``."""
+    return profile.replace("+", ".")
+
+
+def _mig_resource_labels(prefix: str, parent: Device, mig: MigDevice, count: int, view: NodeView) -> dict[str, str]:
+    replicas, strategy = _sharing(view)
+    shared = replicas != "1" and not view.renamed
+    labels = {
+        f"{prefix}product": _product(parent.name, "MIG", mig_name(mig.profile), shared=shared),
+        f"{prefix}count": str(count),
+        f"{prefix}replicas": replicas,
+        f"{prefix}sharing-strategy": strategy,
+        f"{prefix}memory": str(mig.memory_mib),
     }
-    if view.timestamp is not None:
-        labels["gfd.timestamp"] = str(view.timestamp)
-    labels |= _version_labels(view)
-    labels |= _full_gpu_labels(view, first, len(same_model))
-    if view.mig_strategy == "mixed":
-        # MIG-enabled parents are not shared as whole GPUs in mixed mode.
-        if all(d.mig_enabled for d in view.devices):
-            labels["gpu.replicas"] = "0"
-        labels |= _mig_labels(view, first)
-    else:
-        labels |= _mig_labels(view, first)
+    a = mig.attributes
+    if a is not None:  # NVML without nvmlDeviceGetAttributes: these are left out, not guessed
+        values = {"multiprocessors": a.multiprocessors, "slices.gi": a.gi_slices, "slices.ci": a.ci_slices}
+        values |= {"engines.copy": a.copy_engines, "engines.decoder": a.decoders, "engines.encoder": a.encoders}
+        values |= {"engines.jpeg": a.jpegs, "engines.ofa": a.ofas}
+        labels |= {prefix + k: str(v) for k, v in values.items()}
+    return labels
+
+
+def _invalid_single(device: Device) -> dict[str, str]:
+    name = _product(device.name, "MIG", "INVALID")
+    return {"gpu.product": name, "gpu.count": "0", "gpu.replicas": "0", "gpu.sharing-strategy": "", "gpu.memory": "0"}
+
+
+def _mig_labels(view: NodeView) -> dict[str, str]:
+    """``mig.strategy`` and the MIG resources' labels (nothing for the ``none`` strategy)."""
+    if view.mig_strategy == "none":
+        return {}
+    out = {"mig.strategy": view.mig_strategy}
+    enabled = [d for d in view.devices if d.mig_enabled]
+    by_index = {d.index: d for d in enabled}
+    migs = [m for d in enabled for m in view.mig.get(d.index, ())]
+    groups: dict[str, list[MigDevice]] = {}
+    for m in migs:
+        groups.setdefault(mig_name(m.profile), []).append(m)
+    if view.mig_strategy == "single":
+        if not enabled:
+            return out
+        if any(not view.mig.get(d.index) for d in enabled) or len(enabled) != len(view.devices) or len(groups) != 1:
+            return out | _invalid_single(enabled[0])
+        ((first, *_),) = groups.values()
+        return out | _mig_resource_labels("gpu.", by_index[first.parent_index], first, len(migs), view)
+    for name, group in groups.items():
+        out |= _mig_resource_labels(f"mig-{name}.", by_index[group[0].parent_index], group[0], len(group), view)
+    return out
+
+
+def gpu_mode(classes: Sequence[int | None]) -> str:
+    """``compute`` (3D controller), ``graphics`` (VGA) or ``unknown`` (unknown or differing classes)."""
+    if not classes or None in classes or len(set(classes)) != 1:
+        return "unknown"
+    return {_VGA_CLASS: "graphics", _3D_CLASS: "compute"}.get(classes[0] or 0, "unknown")
+
+
+def _clique_labels(devices: Sequence[Device]) -> dict[str, str]:
+    """``gpu.clique`` when every fabric-attached GPU names the same cluster and clique."""
+    ids = [d.fabric_clique.rsplit(".", 1) for d in devices if d.fabric_clique]
+    clusters, cliques = {c for c, _ in ids}, {q for _, q in ids}
+    if len(clusters) != 1 or len(cliques) != 1:
+        return {}
+    return {"gpu.clique": f"{clusters.pop()}.{cliques.pop()}"}
+
+
+def _vgpu_labels(vgpu: VgpuInfo | None) -> dict[str, str]:
+    if vgpu is None:  # the PCI tree could not be read: upstream writes no vGPU label
+        return {}
+    labels = {"vgpu.present": "true" if vgpu.present else "false"}
+    if vgpu.present and vgpu.host_driver_version:
+        labels |= {"vgpu.host-driver-version": vgpu.host_driver_version}
+        labels |= {"vgpu.host-driver-branch": vgpu.host_driver_branch}
+    return labels
+
+
+def compute_labels(view: NodeView) -> dict[str, str]:
+    """The complete GFD label set (keys with the ``nvidia.com/`` prefix).
+
+    Without GPUs only the timestamp and the vGPU labels remain, as upstream.
+    """
+    labels: dict[str, str] = {} if view.timestamp is None else {"gfd.timestamp": str(view.timestamp)}
+    labels |= _vgpu_labels(view.vgpu)
+    if view.devices:
+        labels |= {
+            "gpu.machine": sanitise(view.machine) or "unknown",
+            "mig.capable": "true" if any(d.mig_capable for d in view.devices) else "false",
+            "mps.capable": "true"
+            if view.sharing_mode == "mps" and not any(d.mig_enabled for d in view.devices)
+            else "false",
+            "gpu.mode": gpu_mode([d.pci_class for d in view.devices]),
+        }
+        labels |= _version_labels(view)
+        labels |= _gpu_labels(view)
+        labels |= _mig_labels(view)
+        labels |= _clique_labels(view.devices)
     return {PREFIX + k: v for k, v in labels.items()}
 
 

@@ -5,6 +5,7 @@ lines, written atomically) and/or the Node's own labels when ``GFD_LABEL_NODE`` 
 NFD is not installed; stale GFD labels are removed, other labels are never touched). With
 ``GFD_USE_NODE_FEATURE_API`` the labels go into an NFD NodeFeature object instead (``nodefeature``).
 The interval is ``GFD_SLEEP_INTERVAL`` (``60s`` default, ``infinite`` = once); ``GFD_ONESHOT`` runs once.
+The vGPU labels come from the PCI config spaces under ``GFD_PCI_DEVICES_DIR`` (``/sys/bus/pci/devices``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from gpu_operator.agents.gfd.labels import NodeView, compute_labels, stale_keys
 from gpu_operator.agents.gfd.nodefeature import NodeFeatureAccess, node_feature, use_node_feature_api
+from gpu_operator.agents.gfd.vgpu import VgpuInfo, read_vgpu
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.nodeconfig import NamedConfigs
 from gpu_operator.agents.shared.pluginconfig import ConfigError, Settings
@@ -28,6 +30,7 @@ from gpu_operator.runtime.periodic import every
 
 log = logging.getLogger(__name__)
 DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+PCI_DEVICES = "/sys/bus/pci/devices"  # read for the vGPU labels, as upstream
 
 
 def _true(value: str | None) -> bool:
@@ -45,7 +48,10 @@ def parse_interval(text: str) -> float | None:
     return sum(int(n) * scale[u] for n, u in parts)
 
 
-def node_view(*, backend: GpuBackend, settings: Settings, machine: str, timestamp: int | None) -> NodeView:
+def node_view(
+    *, backend: GpuBackend, settings: Settings, machine: str, timestamp: int | None, vgpu: VgpuInfo | None = None
+) -> NodeView:
+    """What the labels depend on, read from the backend (MIG devices of MIG-enabled GPUs only)."""
     devices = list(backend.devices())
     mig = {d.index: list(backend.mig_devices(d.index)) for d in devices if d.mig_enabled}
     sharing = settings.sharing
@@ -61,6 +67,7 @@ def node_view(*, backend: GpuBackend, settings: Settings, machine: str, timestam
         replicas=replicas,
         renamed=bool(sharing and sharing.rename_by_default),
         timestamp=timestamp,
+        vgpu=vgpu,
     )
 
 
@@ -84,7 +91,10 @@ async def publish_once(ctx: AgentContext, *, configs: NamedConfigs) -> dict[str,
     machine_file = ctx.path(env.get("GFD_MACHINE_TYPE_FILE", "/sys/class/dmi/id/product_name"))
     machine = machine_file.read_text(encoding="utf-8").strip() if machine_file.exists() else "unknown"
     stamp = None if _true(env.get("GFD_NO_TIMESTAMP")) else int(time.time())
-    view = await asyncio.to_thread(node_view, backend=ctx.gpu, settings=settings, machine=machine, timestamp=stamp)
+    vgpu = await asyncio.to_thread(read_vgpu, ctx.path(env.get("GFD_PCI_DEVICES_DIR", PCI_DEVICES)))
+    view = await asyncio.to_thread(
+        node_view, backend=ctx.gpu, settings=settings, machine=machine, timestamp=stamp, vgpu=vgpu
+    )
     labels = compute_labels(view)
     if use_node_feature_api(env):
         if not isinstance(ctx.node, NodeFeatureAccess):

@@ -6,6 +6,10 @@ Format (operands.md §6): ``version: v1`` and ``mig-configs`` mapping a name to 
 indices; ``mig-devices`` maps a profile to a count and is required (``{}`` allowed) when MIG is on,
 empty when it is off. Unknown keys are errors. Entries apply in order; a later entry that selects a GPU
 again replaces what an earlier one said for it.
+
+A profile ``<c>c.<g>g.<mem>gb`` counts compute instances of ``c`` slices in ``<g>g.<mem>gb`` GPU
+instances (mig-parted packs as many into one GPU instance as fit); ``<g>c.<g>g...`` is the plain
+``<g>g...`` profile and is stored under that name, so comparisons with the GPUs' state agree.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from gpu_operator.gpu.mig import canonical_profile
 from gpu_operator.gpu.types import Device
 
 PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb((?:[+-][a-z]+(?:\.[a-z]+)*)*)$")
@@ -71,16 +76,21 @@ def _entry(raw: Any, *, where: str) -> Entry:
         raise MigConfigError(f"{where}: mig-devices must map a profile to a count")
     if not enabled and mig:
         raise MigConfigError(f"{where}: mig-devices must be empty when mig-enabled is false")
+    counts: dict[str, int] = {}
     for profile, count in mig.items():
-        if not isinstance(profile, str) or not PROFILE.match(profile):
+        if not isinstance(profile, str) or not (match := PROFILE.match(profile)):
             raise MigConfigError(f"{where}: {profile!r} is not a MIG profile (like 1g.10gb or 1c.2g.20gb)")
+        if match.group(1) and int(match.group(1)) > int(match.group(2)):
+            raise MigConfigError(f"{where}: {profile}: a compute instance cannot be larger than its GPU instance")
         if type(count) is not int or count < 0:
             raise MigConfigError(f"{where}: the count of {profile} must be a whole number, got {count!r}")
+        name = canonical_profile(profile)
+        counts[name] = counts.get(name, 0) + count
     return Entry(
         device_filter=tuple(int(f, 16) for f in filters),
         devices=None if devices == "all" else tuple(devices),
         mig_enabled=enabled,
-        mig_devices=tuple((str(p), int(c)) for p, c in mig.items()),
+        mig_devices=tuple(counts.items()),
     )
 
 

@@ -11,23 +11,38 @@ A pending MIG mode change is applied by a GPU reset: ``nvidia-smi -r -i N`` in t
 container's) on a real node, the backend's own reset on a simulated one; ``WITH_REBOOT=true`` allows a
 reboot (in the host root) when a reset is not enough. ``MIG_WAIT_TIMEOUT`` (300 s) bounds the wait for
 the GPU clients' pods to stop.
+
+With ``WITH_SHUTDOWN_HOST_GPU_CLIENTS=true`` the host services named in ``GPU_CLIENTS_FILE`` (re-read
+before each run; a bad file fails the run, naming the file and field) are stopped around the change
+through ``chroot $HOST_ROOT_MOUNT systemctl``, the kubelet (``HOST_KUBELET_SYSTEMD_SERVICE``) too when
+the MIG mode changes, and the selected config is recorded in ``HOST_MIG_MANAGER_STATE_FILE`` when the
+host has that systemd override. A simulated node's backend resets GPUs itself and has no systemd: it
+gets in-memory services instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpu_operator.agents.host import resolve_under
+from gpu_operator.agents.migmanager.clients import (
+    FakeServices,
+    GpuClientsError,
+    HostServices,
+    SystemdServices,
+    load_clients,
+    run_in_root,
+)
 from gpu_operator.agents.migmanager.config import MigConfigError, MigConfigs, load
 from gpu_operator.agents.migmanager.defaults import default_configs
 from gpu_operator.agents.migmanager.reconfigure import (
     CONFIG_LABEL,
     STATE_LABEL,
     GpuReset,
+    HostClients,
     MigApplyError,
     Options,
     Reconfigure,
@@ -40,26 +55,33 @@ from gpu_operator.runtime.periodic import every
 
 log = logging.getLogger(__name__)
 UNFINISHED = ("pending", "rebooting")
+HOST_MIG_MANAGER_STATE_FILE = "/etc/systemd/system/nvidia-mig-manager.service.d/override.conf"
 
 
 class HostReset:
     """Resets through the driver's ``nvidia-smi`` in its root, reboots through ``reboot`` in the host root."""
 
-    def __init__(self, *, host_root: Path, driver_root: Path | None = None) -> None:
+    def __init__(
+        self, *, host_root: Path, driver_root: Path | None = None, reboot_command: Sequence[str] = ("reboot",)
+    ) -> None:
         self.host_root = host_root
         self.driver_root = driver_root or host_root
+        self.reboot_command = tuple(reboot_command)
 
     def _run(self, root: Path, *command: str) -> None:
-        result = subprocess.run(["chroot", str(root), *command], capture_output=True, text=True, timeout=300,
-                                check=False)  # fmt: skip
+        try:
+            result = run_in_root(root, *command)
+        except OSError as error:  # no chroot, or no such command when the root is /
+            raise MigApplyError(f"{' '.join(command)} failed: {error.strerror or error}") from error
         if result.returncode != 0:
-            raise MigApplyError(f"{' '.join(command)} failed: {(result.stderr or result.stdout).strip()[:300]}")
+            why = (result.stderr or result.stdout).strip()[:300] or f"exit status {result.returncode}"
+            raise MigApplyError(f"{' '.join(command)} failed: {why}")
 
     def reset(self, index: int) -> None:
         self._run(self.driver_root, "nvidia-smi", "-r", "-i", str(index))
 
     def reboot(self) -> None:
-        self._run(self.host_root, "reboot")
+        self._run(self.host_root, *self.reboot_command)
 
 
 class BackendReset:
@@ -80,14 +102,42 @@ class BackendReset:
 def resetter(ctx: AgentContext) -> GpuReset:
     if isinstance(ctx.gpu, ResettableBackend):
         return BackendReset(backend=ctx.gpu, reset_gpu=ctx.gpu.reset_gpu)
-    host_root = ctx.host_path("/")
+    root = host_root(ctx)
     # The driver's root as the node has it, through the host root (its symlinks followed there).
-    driver_root = resolve_under(host_root, ctx.env.get("NVIDIA_DRIVER_ROOT") or "/")
-    return HostReset(host_root=host_root, driver_root=driver_root)
+    driver_root = resolve_under(root, ctx.env.get("NVIDIA_DRIVER_ROOT") or "/")
+    return HostReset(host_root=root, driver_root=driver_root)
 
 
 def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def host_root(ctx: AgentContext) -> Path:
+    """The host's root as this container sees it: ``HOST_ROOT_MOUNT`` (upstream's name) or the agents' own."""
+    mount = ctx.env.get("HOST_ROOT_MOUNT", "")
+    return ctx.path(mount) if mount else ctx.host_path("/")
+
+
+def host_services(ctx: AgentContext) -> HostServices:
+    # A simulated node (its backend resets GPUs itself) has no host systemd to talk to.
+    if isinstance(ctx.gpu, ResettableBackend):
+        return FakeServices()
+    return SystemdServices(host_root=host_root(ctx))
+
+
+def host_clients(ctx: AgentContext, services: HostServices) -> HostClients | None:
+    """The host side of a run, from a fresh read of the GPU clients file; None without the shutdown flag."""
+    if not _flag(ctx.env.get("WITH_SHUTDOWN_HOST_GPU_CLIENTS")):
+        return None
+    path = ctx.env.get("GPU_CLIENTS_FILE", "")
+    names = load_clients(ctx.path(path), source=path).systemd_services if path else ()
+    state_file = ctx.env.get("HOST_MIG_MANAGER_STATE_FILE", HOST_MIG_MANAGER_STATE_FILE)
+    return HostClients(
+        services=services,
+        names=names,
+        kubelet=ctx.env.get("HOST_KUBELET_SYSTEMD_SERVICE", "kubelet.service"),
+        state_file=resolve_under(host_root(ctx), state_file) if state_file else None,
+    )
 
 
 def load_configs(ctx: AgentContext) -> MigConfigs:
@@ -114,10 +164,12 @@ async def main(ctx: AgentContext) -> None:
         wait_timeout=float(ctx.env.get("MIG_WAIT_TIMEOUT", "300")),
         poll_interval=float(ctx.env.get("MIG_POLL_INTERVAL", "2")),
         with_reboot=_flag(ctx.env.get("WITH_REBOOT")),
+        host_settle=float(ctx.env.get("MIG_HOST_SETTLE", "30")),
     )
     work = Reconfigure(
         node=node, cluster=cluster, backend=ctx.gpu, reset=resetter(ctx), options=options, sleep=ctx.sleep, name=name
     )
+    services = host_services(ctx)
     last: list[str] = []  # the config last applied (or given up on), so an unchanged label is not redone
     ctx.set_ready(True)
 
@@ -131,9 +183,9 @@ async def main(ctx: AgentContext) -> None:
             last[:] = [wanted]
             try:
                 configs = await asyncio.to_thread(load_configs, ctx)
-            except MigConfigError as error:
-                await node.patch_labels({STATE_LABEL: "failed"})
-                log.error("%s: %s", name, error)
+                work.host = await asyncio.to_thread(host_clients, ctx, services)
+            except (MigConfigError, GpuClientsError) as error:
+                await work.fail(str(error))
             else:
                 await work.run(name=wanted, configs=configs)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from gpu_operator.gpu.catalog import NodeProfile
 from gpu_operator.gpu.simulated import SimulatedBackend
-from gpu_operator.gpu.types import LinkType
+from gpu_operator.gpu.telemetry import CLOCK_EVENT_GPU_IDLE, Telemetry, telemetry_of
+from gpu_operator.gpu.types import Device, LinkType
 
 _ARCH = {"kepler": 2, "maxwell": 3, "pascal": 4, "volta": 5, "turing": 6, "ampere": 7, "ada-lovelace": 8}
 _ARCH |= {"hopper": 9, "blackwell": 10, "rubin": 13}
@@ -25,6 +26,8 @@ _LEVEL = {
     LinkType.CROSS_CPU: 50,
 }
 _NVSWITCHES = 4  # NVLinks of a GPU spread over this many NVSwitch bus addresses
+_FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
+_NO_CLUSTER = "00000000-0000-0000-0000-000000000000"
 
 
 def config_lines(*, profile: NodeProfile, seed: int = 0, node_name: str = "") -> list[str]:
@@ -57,11 +60,12 @@ def config_lines(*, profile: NodeProfile, seed: int = 0, node_name: str = "") ->
             f"{key}mig_reset_required={int(model.mig_reset_required)}",
             f"{key}power_mw={int(model.idle_w * 1000)}",
             f"{key}temperature=31",
-            f"{key}memory_temperature=35",
             f"{key}sm_clock={model.sm_clock_mhz[0]}",
             f"{key}mem_clock={model.mem_clock_mhz}",
             f"{key}energy_mj={1_000_000 + d.index}",
         ]
+        lines += _telemetry_lines(key, telemetry_of(model))
+        lines += _identity_lines(key, d, nvswitch=nvswitch)
         if nvswitch:
             remotes = [f"00000000:{0xC0 + link % _NVSWITCHES:02X}:00.0" for link in range(model.nvlinks)]
             lines.append(f"{key}nvlink={','.join(remotes)}")
@@ -73,6 +77,27 @@ def config_lines(*, profile: NodeProfile, seed: int = 0, node_name: str = "") ->
         if link.type is not LinkType.NVLINK:
             lines.append(f"topology.{link.a}.{link.b}={_LEVEL[link.type]}")
     sim.close()
+    return lines
+
+
+def _telemetry_lines(key: str, can: Telemetry) -> list[str]:
+    """The optional readings the model gives (see ``gpu.telemetry``), at the values an idle GPU reads."""
+    lines = [f"{key}memory_temperature=35"] if can.memory_sensor else []
+    lines += [f"{key}tel.remapped_rows=0,0,0,0"] if can.row_remapping else []
+    lines += [f"{key}tel.gpm=1"] if can.gpm else []
+    lines += [f"{key}tel.nvlink_kib=0,0"] if can.nvlink else []
+    return [*lines, f"{key}tel.clock_events={CLOCK_EVENT_GPU_IDLE}"]
+
+
+def _identity_lines(key: str, device: Device, *, nvswitch: bool) -> list[str]:
+    """PCI class and NVLink-fabric registration (GFD's gpu.mode and gpu.clique)."""
+    lines = [f"{key}pci_class={device.pci_class:#08x}"] if device.pci_class is not None else []
+    if device.fabric_clique:
+        cluster, clique = device.fabric_clique.rsplit(".", 1)
+        lines.append(f"{key}fabric={_FABRIC_COMPLETED},0,{cluster},{clique}")
+    elif nvswitch:
+        # An NVSwitch node's fabric manager registers its GPUs with an all-zero cluster UUID: no clique.
+        lines.append(f"{key}fabric={_FABRIC_COMPLETED},0,{_NO_CLUSTER},0")
     return lines
 
 

@@ -16,8 +16,8 @@ What an installed driver leaves on a node, made from a node profile of the simul
   MIG-capable GPUs, ``nvidia-caps/nvidia-cap<N>``). Nothing backs them: the kernel has no NVIDIA module,
   so only their presence counts. The library shows only the GPUs whose node exists under its root.
 
-Faults go in at run time (:class:`FakeDriver`): XID events, lost and recovered GPUs through the faults
-file the library polls, a broken library, a missing device node.
+Faults go in at run time (:class:`FakeDriver`): XID events, lost and recovered GPUs and GPU resets
+through the faults file the library polls, a broken library, a missing device node.
 """
 
 from __future__ import annotations
@@ -106,6 +106,11 @@ class FakeDriver:
 
     def recover(self, *, uuid: str) -> None:
         self._fault(f"recover {self._known(uuid)}")
+
+    def reset(self, *, uuid: str) -> None:
+        """A GPU reset of ``uuid`` (what ``nvidia-smi -r`` records): it satisfies the recovery action an
+        XID asked for, so NVML's recovery-action field reads NONE again in every process."""
+        self._fault(f"reset {self._known(uuid)}")
 
     def break_library(self) -> None:
         """Move the library aside (a driver whose NVML is missing); :meth:`repair_library` undoes it."""
