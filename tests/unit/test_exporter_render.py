@@ -6,8 +6,11 @@ import dataclasses
 
 import pytest
 
+from gpu_operator.agents.exporter.collector import Collector, CounterSource
 from gpu_operator.agents.exporter.counters import Entity, default_counters, parse_counters
 from gpu_operator.agents.exporter.render import PodRef, entity_key, format_value, render
+from gpu_operator.gpu.catalog import node_profile
+from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.gpu.types import Sample
 from tests.unit.gpu_fixtures import gpu, mig_device
 
@@ -157,3 +160,20 @@ def test_device_name_keys() -> None:
     counters = parse_counters("DCGM_FI_DEV_GPU_UTIL, gauge, u\n")
     assert 'pod="p"' in render(counters=counters, entities=[e], hostname="h", pods=pods, id_type="device-name")
     assert 'pod="p"' not in render(counters=counters, entities=[e], hostname="h", pods=pods)
+
+
+def test_compute_instances_of_one_gpu_instance_make_one_series() -> None:
+    backend = SimulatedBackend(profile=node_profile("a100-mig"), seed=1, node_name="n")
+    backend.set_mig_mode(0, enabled=True)
+    backend.reset_gpu(0)
+    created = backend.create_mig_devices(0, profiles=["1c.3g.20gb"] * 3)
+    assert len({m.gi_id for m in created}) == 1
+    collector = Collector(backend=backend, counters=CounterSource(path=None), pods=None, hostname="n")
+    entities, keys = collector.read()
+    gpu0 = [e for e in entities if e.device.index == 0]
+    assert [(e.mig.gi_id if e.mig else None) for e in gpu0] == [created[0].gi_id]
+    assert {keys[m.uuid] for m in created} == {f"0-{created[0].gi_id}"}
+    text = render(counters=default_counters(), entities=entities, hostname="n")
+    fb = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_FB_USED{") and 'gpu="0"' in line]
+    assert len(fb) == 1
+    assert 'GPU_I_PROFILE="3g.20gb"' in fb[0]

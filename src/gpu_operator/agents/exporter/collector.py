@@ -161,7 +161,13 @@ class Collector:
                     migs = backend.mig_devices(device.index)
                 except GpuLostError:
                     continue
-                instances = [Entity(device=device, sample=sample, driver_version=driver, mig=m) for m in migs]
+                # One series per GPU instance, as DCGM's GPU_I entity: the compute instances of a 1c.*
+                # geometry share it (and its key, so a pod holding any of them is named on it).
+                per_gi = {m.gi_id: m for m in reversed(migs)}
+                instances = [
+                    Entity(device=device, sample=sample, driver_version=driver, mig=m)
+                    for m in sorted(per_gi.values(), key=lambda m: m.index)
+                ]
                 mig_keys.update({m.uuid: f"{device.index}-{m.gi_id}" for m in migs})
             entities.extend(instances or [Entity(device=device, sample=sample, driver_version=driver)])
         return entities, mig_keys
