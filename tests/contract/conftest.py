@@ -54,12 +54,11 @@ def run_python(fake_nvml_dir: Path, tmp_path: Path) -> RunPython:
     def run(
         *args: str, profile: str | None = "a100-mig", extra: Sequence[str] = (), libdir: Path | None = None
     ) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("FAKE_NVML_CONFIG", "LD_LIBRARY_PATH")}
-        env["LD_LIBRARY_PATH"] = str(libdir or fake_nvml_dir)
+        config = None
         if profile is not None:
             config = tmp_path / "fake-nvml.conf"
             fakenvml.write_config(config, profile=node_profile(profile), seed=SEED, node_name=NODE, extra=extra)
-            env["FAKE_NVML_CONFIG"] = str(config)
+        env = fakenvml.env(libdir=libdir or fake_nvml_dir, config=config)
         return subprocess.run(
             [sys.executable, "-W", "error", *args],
             cwd=fakenvml.REPO,

@@ -9,7 +9,6 @@ an L4 must leave out what it cannot measure (no HBM sensor, no NVLink, no row re
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
 import sys
@@ -133,8 +132,7 @@ def fake_page(libdir: Path, config_dir: Path, profile: str, *, given: bool) -> s
     config = fakenvml.write_config(
         config_dir / f"{profile}.conf", profile=node_profile(profile), seed=SEED, node_name=NODE, extra=extra
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("FAKE_NVML_CONFIG", "LD_LIBRARY_PATH")}
-    env |= {"LD_LIBRARY_PATH": str(libdir), "FAKE_NVML_CONFIG": str(config)}
+    env = fakenvml.env(libdir=libdir, config=config)
     result = subprocess.run(
         [sys.executable, "-W", "error", "-m", "tests.contract.exporter_scrape"],
         cwd=fakenvml.REPO,

@@ -7,7 +7,6 @@ shows only the GPUs whose device nodes exist, takes faults written by another pr
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,26 +14,20 @@ from pathlib import Path
 import pytest
 
 from gpu_operator.gpu.catalog import node_profile
-from gpu_operator.sim.fakedriver.build import FakeDriverBuild, compile_into
+from gpu_operator.sim.fakedriver.build import FakeDriverBuild
 from gpu_operator.sim.fakedriver.install import FakeDriver, install
+from tests.contract import fakenvml
 from tests.contract.fakenvml import REPO
 
 
-@pytest.fixture(scope="module")
-def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return compile_into(tmp_path_factory.mktemp("fake-driver-build"), checkout_root=REPO).directory
-
-
 @pytest.fixture
-def driver(build_dir: Path, tmp_path: Path) -> FakeDriver:
-    return install(root=tmp_path / "root", build=FakeDriverBuild(directory=build_dir), profile=node_profile("dgx-h100"),
-                   node_name="n1")  # fmt: skip
+def driver(fake_nvml_dir: Path, tmp_path: Path) -> FakeDriver:
+    build = FakeDriverBuild(directory=fake_nvml_dir)
+    return install(root=tmp_path / "root", build=build, profile=node_profile("dgx-h100"), node_name="n1")
 
 
 def _env(driver: FakeDriver) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("FAKE_NVML_CONFIG", "LD_LIBRARY_PATH")}
-    env["LD_LIBRARY_PATH"] = str(driver.library.parent)  # how a container's loader finds the CDI-mounted files
-    return env
+    return fakenvml.env(libdir=driver.library.parent)  # how a container's loader finds the CDI-mounted files
 
 
 def _python(driver: FakeDriver, code: str) -> subprocess.CompletedProcess[str]:
@@ -135,10 +128,10 @@ except nv.NVMLError as exc:
         driver.lose(uuid="GPU-nope")
 
 
-def test_mig_state_is_the_drivers_not_a_processs(build_dir: Path, tmp_path: Path) -> None:
+def test_mig_state_is_the_drivers_not_a_processs(fake_nvml_dir: Path, tmp_path: Path) -> None:
     # The MIG manager asks for MIG mode, nvidia-smi -r (another process) resets the GPU, the manager
     # creates an instance, and a third process (the plugin) sees it: state lives beside the driver.
-    driver = install(root=tmp_path / "root", build=FakeDriverBuild(directory=build_dir),
+    driver = install(root=tmp_path / "root", build=FakeDriverBuild(directory=fake_nvml_dir),
                      profile=node_profile("a100-mig"), node_name="n2")  # fmt: skip
     backend = "from gpu_operator.gpu.nvml import NvmlBackend\nb = NvmlBackend()\n"
     assert _python(driver, backend + "print(b.set_mig_mode(0, enabled=True))").stdout.strip() == "True"  # pending

@@ -4,7 +4,6 @@ GPU recovered; the ``fake-driver fault`` command records the same faults."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +13,9 @@ from click.testing import CliRunner
 
 from gpu_operator.cli.fakedriver import fake_driver_group
 from gpu_operator.gpu.catalog import node_profile
-from gpu_operator.sim.fakedriver.build import FakeDriverBuild, compile_into
+from gpu_operator.sim.fakedriver.build import FakeDriverBuild
 from gpu_operator.sim.fakedriver.install import FakeDriver, install
+from tests.contract import fakenvml
 from tests.contract.fakenvml import REPO
 
 WATCH = """
@@ -38,21 +38,14 @@ print(v.value.uiVal)
 """
 
 
-@pytest.fixture(scope="module")
-def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return compile_into(tmp_path_factory.mktemp("fake-driver-build"), checkout_root=REPO).directory
-
-
 @pytest.fixture
-def driver(build_dir: Path, tmp_path: Path) -> FakeDriver:
-    return install(root=tmp_path / "root", build=FakeDriverBuild(directory=build_dir), profile=node_profile("pcie-l4"),
-                   node_name="n1")  # fmt: skip
+def driver(fake_nvml_dir: Path, tmp_path: Path) -> FakeDriver:
+    build = FakeDriverBuild(directory=fake_nvml_dir)
+    return install(root=tmp_path / "root", build=build, profile=node_profile("pcie-l4"), node_name="n1")
 
 
 def _env(driver: FakeDriver) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("FAKE_NVML_CONFIG", "LD_LIBRARY_PATH")}
-    env["LD_LIBRARY_PATH"] = str(driver.library.parent)
-    return env
+    return fakenvml.env(libdir=driver.library.parent)
 
 
 def _field(driver: FakeDriver) -> str:

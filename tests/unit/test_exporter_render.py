@@ -8,7 +8,8 @@ import pytest
 
 from gpu_operator.agents.exporter.collector import Collector, CounterSource
 from gpu_operator.agents.exporter.counters import Entity, default_counters, parse_counters
-from gpu_operator.agents.exporter.render import PodRef, entity_key, format_value, render
+from gpu_operator.agents.exporter.render import PodRef, entity_key, render
+from gpu_operator.agents.shared.promtext import format_value
 from gpu_operator.gpu.catalog import node_profile
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.gpu.types import Sample

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_operator.gpu import recovery
 from gpu_operator.gpu.backend import GpuError, GpuLostError, NotSupportedError
-from gpu_operator.gpu.nvml_lib import call, is_nvml_error, nvml, text, translate
+from gpu_operator.gpu.nvml_lib import call, field_values, is_nvml_error, nvml, text, translate
 from gpu_operator.gpu.types import HealthEvent
 
 if TYPE_CHECKING:
@@ -35,7 +35,6 @@ _SLICE_S = 0.5  # how long close() or a recovering GPU may go unnoticed by a wai
 _NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of an event not tied to a MIG instance
 _MAX_DRAIN = 64
 _MAX_KEPT = 256  # pending events kept for a waiter that may never come
-_RECOVERY_FIELD = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 _WATCH_UNASKED_S = 5.0  # how long an XID's GPU is watched for a recovery action that never shows
 
 
@@ -171,14 +170,12 @@ class HealthWatch:
 
     def _recovery_action(self, handle: Any) -> int | None:
         """The GPU's recovery action; None when it cannot be read (lost, or no such field)."""
-        nv = self._nv
+        field = self._nv.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
         try:
-            values = nv.nvmlDeviceGetFieldValues(handle, [_RECOVERY_FIELD])
-        except nv.NVMLError:
+            action = field_values(handle, [(field, 0)]).get(field)
+        except GpuError:
             return None
-        if not values or values[0].nvmlReturn != nv.NVML_SUCCESS:
-            return None
-        return int(values[0].value.uiVal)
+        return int(action) if action is not None else None
 
     def _wait_slice(self, seconds: float) -> list[HealthEvent]:
         event_set = self._ensure_event_set()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar, cast
@@ -136,6 +136,29 @@ def optional(name: str, fn: Callable[..., T], *args: Any, default: T, what: str 
         return call(name, fn, *args, what=what, **kwargs)
     except NotSupportedError:
         return default
+
+
+# nvmlValue_t member for each NVML_VALUE_TYPE_*.
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def field_values(handle: Any, requests: Sequence[tuple[int, int]], *, what: str = "") -> dict[int, float]:
+    """``nvmlDeviceGetFieldValues`` for (field id, scope id) pairs, in one call: field id -> value.
+
+    A field the GPU does not support is left out (so is every field when the driver lacks the call);
+    other errors raise as ``call`` does (GpuLostError for a lost GPU).
+    """
+    nv = nvml()
+    fn = nv.nvmlDeviceGetFieldValues
+    values = optional("nvmlDeviceGetFieldValues", fn, handle, list(requests), default=None, what=what)
+    out: dict[int, float] = {}
+    for value in values or ():
+        if value.nvmlReturn != nv.NVML_SUCCESS:
+            continue
+        kind = int(value.valueType)
+        member = _VALUE_MEMBERS[kind] if 0 <= kind < len(_VALUE_MEMBERS) else "uiVal"
+        out[int(value.fieldId)] = float(getattr(value.value, member))
+    return out
 
 
 def is_nvml_error(exc: BaseException, code: int) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpu_operator.gpu.backend import GpuError, GpuLostError
-from gpu_operator.gpu.nvml_lib import call, nvml, optional
+from gpu_operator.gpu.nvml_lib import call, field_values, nvml, optional
 from gpu_operator.gpu.types import Sample
 
 if TYPE_CHECKING:
@@ -21,8 +21,6 @@ if TYPE_CHECKING:
 
 _MIB = 1 << 20
 _ALL_LINKS = 0xFFFFFFFF  # a field value's scopeId that sums an NVLink counter over every link
-# nvmlValue_t member for each NVML_VALUE_TYPE_*.
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 # GPM metric id (NVML_GPM_METRIC_*) of each PROFILING_METRICS name; GPM reports percent.
 _GPM_METRICS = {
     "graphics_active": 1,
@@ -44,6 +42,10 @@ class Readings:
         self._nv = nvml()
         self._lock = threading.Lock()
         self._gpm: dict[str, Any] = {}  # uuid -> the previous GPM sample, or None without GPM support
+        self._nvlink_ids = (
+            self._nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+            self._nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+        )
 
     def reading(self, index: int, handle: Any, *, last_xid: Callable[[str], int]) -> Sample:
         nv, where = self._nv, f"GPU {index}"
@@ -62,7 +64,8 @@ class Readings:
         )
         replays = optional("nvmlDeviceGetPcieReplayCounter", nv.nvmlDeviceGetPcieReplayCounter, handle, default=0)
         rows = optional("nvmlDeviceGetRemappedRows", nv.nvmlDeviceGetRemappedRows, handle, default=None)
-        fields = self._fields(handle, [nv.NVML_FI_DEV_MEMORY_TEMP])
+        # One field-value call: memory temperature for the GPU, NVLink throughput summed over all links.
+        fields = field_values(handle, [(nv.NVML_FI_DEV_MEMORY_TEMP, 0), *((f, _ALL_LINKS) for f in self._nvlink_ids)])
         return Sample(
             uuid=uuid,
             gpu_util_pct=float(util.gpu) if util is not None else 0.0,
@@ -81,7 +84,7 @@ class Readings:
             pcie_replay_count=int(replays),
             ecc_sbe_volatile=self._ecc(handle, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED),
             ecc_dbe_volatile=self._ecc(handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-            nvlink_bandwidth_total=self._nvlink(handle),
+            nvlink_bandwidth_total=self._nvlink(fields),
             last_xid=last_xid(uuid),
             pcie_tx_bytes_per_s=self._pcie(handle, nv.NVML_PCIE_UTIL_TX_BYTES),
             pcie_rx_bytes_per_s=self._pcie(handle, nv.NVML_PCIE_UTIL_RX_BYTES),
@@ -120,25 +123,9 @@ class Readings:
         fn = nv.nvmlDeviceGetTotalEccErrors
         return int(optional("nvmlDeviceGetTotalEccErrors", fn, handle, kind, nv.NVML_VOLATILE_ECC, default=0))
 
-    def _fields(self, handle: Any, ids: list[int], *, scope: int | None = None) -> dict[int, float]:
-        """The field values NVML answers for (a field it does not support is left out)."""
-        nv = self._nv
-        request: list[Any] = [(i, scope) for i in ids] if scope is not None else list(ids)
-        values = optional("nvmlDeviceGetFieldValues", nv.nvmlDeviceGetFieldValues, handle, request, default=None)
-        out: dict[int, float] = {}
-        for value in values or ():
-            if value.nvmlReturn != nv.NVML_SUCCESS:
-                continue
-            kind = int(value.valueType)
-            member = _VALUE_MEMBERS[kind] if 0 <= kind < len(_VALUE_MEMBERS) else "uiVal"
-            out[int(value.fieldId)] = float(getattr(value.value, member))
-        return out
-
-    def _nvlink(self, handle: Any) -> int | None:
-        nv = self._nv
-        ids = [nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX]
-        found = self._fields(handle, ids, scope=_ALL_LINKS)
-        return int(sum(found.values())) if len(found) == len(ids) else None
+    def _nvlink(self, fields: dict[int, float]) -> int | None:
+        found = [fields[i] for i in self._nvlink_ids if i in fields]
+        return int(sum(found)) if len(found) == len(self._nvlink_ids) else None
 
     def _pcie(self, handle: Any, counter: int) -> int | None:
         fn = self._nv.nvmlDeviceGetPcieThroughput

@@ -9,6 +9,7 @@ part.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from gpu_operator.gpu.catalog import GpuModel
@@ -96,6 +97,7 @@ class Telemetry:
     nvlink: bool
 
 
+@functools.cache  # read on every simulated reading; a model's facts never change
 def telemetry_of(model: GpuModel) -> Telemetry:
     hbm = model.key in HBM_MODELS
     return Telemetry(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from gpu_operator.agents.deviceplugin.health import Transition
+from gpu_operator.agents.shared.promtext import escape_label
 
 log = logging.getLogger(__name__)
 PREFIX = "gpu_operator_device_plugin_"
@@ -50,10 +51,6 @@ def event_for(transition: Transition) -> tuple[str, str, bool]:
         return UNHEALTHY_REASON, f"{gpu} unhealthy after {what}{detail}; not allocatable until it recovers", True
     why = _CAUSES.get(transition.cause, transition.cause)
     return RECOVERED_REASON, f"{gpu} healthy again after {what}: {why}{detail}", False
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class HealthReport:
@@ -101,14 +98,15 @@ class HealthReport:
             f"# TYPE {name} counter",
         ]
         lines += [
-            f'{name}{{cause="{_label(c)}",xid="{_label(x)}"}} {n}' for (c, x), n in sorted(self.unhealthy.items())
+            f'{name}{{cause="{escape_label(c)}",xid="{escape_label(x)}"}} {n}'
+            for (c, x), n in sorted(self.unhealthy.items())
         ]
         name = f"{PREFIX}recoveries_total"
         lines += [
             f"# HELP {name} Times an unhealthy GPU was marked healthy again, by cause (reset, quiet or answers).",
             f"# TYPE {name} counter",
         ]
-        lines += [f'{name}{{cause="{_label(c)}"}} {n}' for c, n in sorted(self.recoveries.items())]
+        lines += [f'{name}{{cause="{escape_label(c)}"}} {n}' for c, n in sorted(self.recoveries.items())]
         name = f"{PREFIX}unhealthy_devices"
         lines += [
             f"# HELP {name} Devices (GPUs and MIG devices) the plugin reports unhealthy now.",

@@ -13,12 +13,12 @@ Values follow DCGM's field types: integers as integers, floating-point values wi
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_operator.agents.exporter.counters import FIELDS, CounterSet, Entity, Value
+from gpu_operator.agents.shared.promtext import escape_help, escape_label, format_value
 from gpu_operator.gpu.mig import split_profile
 
 
@@ -42,26 +42,6 @@ def label_name(key: str) -> str:
     """A pod label key as a Prometheus label name (``app.kubernetes.io/name`` -> ``app_kubernetes_io_name``)."""
     name = _INVALID.sub("_", key)
     return f"_{name}" if name[:1].isdigit() else name
-
-
-def escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def escape_help(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def format_value(value: float | int) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return f"{value:f}"
 
 
 def entity_key(entity: Entity, *, id_type: str = "uid") -> str:
