@@ -50,6 +50,7 @@ from tests.e2e.conftest import ProductImage
 from tests.e2e.gpu_pods import allocatable, gpu_pod, seen_gpus
 from tests.e2e.installs import NAMESPACE, all_ready, daemonsets, install_until_ready
 from tests.prometheus import Prometheus
+from tests.unit import gfd_expected
 
 JSON = dict[str, Any]
 PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
@@ -128,6 +129,7 @@ def test_default_policy_is_ready_with_every_operand_a_real_container(
         assert labels["nvidia.com/gpu.present"] == "true"
         assert labels["nvidia.com/gpu.count"] == str(count)  # GFD, from the fake driver through NVML
         assert labels["nvidia.com/gpu.product"] == ("NVIDIA-H100-80GB-HBM3" if count == 8 else "NVIDIA-A100-SXM4-40GB")
+        assert labels["nvidia.com/gpu.mode"] == "compute"  # GFD, from the fake GPUs' PCI class through NVML
     # The fake driver lives in the nodes' overlays: the machine's own /dev never had it.
     assert not Path("/dev/nvidiactl").exists()
 
@@ -158,7 +160,7 @@ def test_gpu_pods_get_exactly_their_gpus_through_cdi_and_the_runtime_class(
     assert uuids == [driver.uuids[driver.minors.index(2)], driver.uuids[driver.minors.index(5)]]
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_prometheus_scrapes_both_exporters_at_their_pod_addresses(
     kube: Client, installed: float, tmp_path: Path
 ) -> None:
@@ -168,10 +170,14 @@ def test_prometheus_scrapes_both_exporters_at_their_pod_addresses(
     prometheus = Prometheus(targets=targets, workdir=tmp_path)
     try:
         series = prometheus.wait("DCGM_FI_DEV_GPU_UTIL", count=sum(GPUS.values()), timeout=60)
+        # GPM profiling through the image's NVML calls: the H100s (Hopper) give it from the exporter's
+        # second collection on; the A100s (Ampere) cannot, so that node has no such series.
+        gpm = prometheus.wait("DCGM_FI_PROF_GR_ENGINE_ACTIVE", count=GPUS["real-node-1"], timeout=90)
     finally:
         prometheus.close()
     by_host = {s["metric"].get("Hostname") for s in series}
     assert by_host == set(PROFILES), series[:2]
+    assert {s["metric"].get("Hostname") for s in gpm} == {"real-node-1"}
 
 
 @pytest.mark.timeout(180)
@@ -280,6 +286,11 @@ def test_a_mig_switch_on_the_a100_node_reaches_its_pods(
     print(f"MIG switch to all-1g.5gb, label to 14 allocatable: {time.monotonic() - began:.1f} s")
     labels = kube.get(Node, "real-node-2").metadata.labels or {}  # type: ignore[union-attr]
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"  # GFD, from the new geometry
+    # What the image's GFD reads from each MIG device through NVML (nvmlDeviceGetAttributes_v2), as upstream.
+    mig_keys = ["mig.strategy", "gpu.multiprocessors", "gpu.slices.gi", "gpu.slices.ci"]
+    mig_keys += [f"gpu.engines.{e}" for e in ("copy", "decoder", "encoder", "jpeg", "ofa")]
+    for key in (f"nvidia.com/{k}" for k in mig_keys):
+        assert labels.get(key) == gfd_expected.A100_SINGLE[key], key
 
     pod = gpu_pod("mig-one", node="real-node-2", image=product_image.reference, gpus=1)
     # (The newline matters: the runtime's log keeps a partial line back.)
