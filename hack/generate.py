@@ -1,5 +1,7 @@
-"""Regenerate the generated files: the chart's CRDs (copied from deploy/crds), the operator's RBAC
-template (from src/gpu_operator/render/rbac.py), the CRD hook Jobs' rules (render/chart.py) and the
+"""Regenerate the generated files: deploy/crds (every CRD, from the models), the GPU chart's CRDs
+(the GPU operator's ones from deploy/crds), the Network Operator chart's CRDs (the mellanox.com ones and
+the NetworkAttachmentDefinition), the operators' RBAC templates (from src/gpu_operator/render/rbac.py and
+render/network_rbac.py), the CRD hook Jobs' rules (render/chart.py) and the
 reference (docs/reference/ clusterpolicy.md and nvidiadriver.md, from the CRDs; exporter-fields.md,
 from the exporter's field table).
 
@@ -17,13 +19,17 @@ from pathlib import Path
 import yaml
 
 from gpu_operator.agents.exporter.fieldsdoc import fields_markdown
+from gpu_operator.api.crd import crds
 from gpu_operator.api.fieldpaths import parse_facts, spec_fields
-from gpu_operator.render.chart import crd_hook_rules_template, rbac_template
+from gpu_operator.cli.crds import render_crd_files
+from gpu_operator.render.chart import chart_crd_files, crd_hook_rules_template, network_rbac_template, rbac_template
 from gpu_operator.render.reference import DRIVER_OWNERS, POLICY_OWNERS, reference_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "deploy" / "crds"
-CHART = REPO / "deploy" / "helm" / "gpu-operator"
+HELM = REPO / "deploy" / "helm"
+CHART = HELM / "gpu-operator"
+NETWORK_CHART = HELM / "network-operator"
 DOCS = REPO / "docs" / "reference"
 UPSTREAM = REPO / "tests" / "data" / "upstream"
 #: Reference page -> (kind, CRD file, upstream facts file, owners of its fields).
@@ -45,8 +51,14 @@ def reference_pages() -> dict[Path, str]:
 
 
 def expected_files() -> dict[Path, str]:
-    """Every generated chart file and its content."""
-    files = {CHART / "crds" / crd.name: crd.read_text(encoding="utf-8") for crd in sorted(CRDS.glob("*.yaml"))}
+    """Every generated file (deploy/crds, both charts' files, the reference) and its content."""
+    crd_files = render_crd_files()
+    files = {CRDS / name: text for name, text in crd_files.items()}
+    # The GPU chart ships (and its CRD hooks apply) the GPU operator's CRDs only.
+    files.update({CHART / "crds" / name: crd_files[name] for name in sorted(crds())})
+    # The Network Operator's chart ships its own CRDs, and no GPU ones (the two install independently).
+    files.update({NETWORK_CHART / "crds" / name: crd_files[name] for name in chart_crd_files()[NETWORK_CHART.name]})
+    files[NETWORK_CHART / "templates" / "rbac.yaml"] = network_rbac_template()
     files[CHART / "templates" / "rbac.yaml"] = rbac_template()
     files[CHART / "templates" / "_crd-hook-rules.tpl"] = crd_hook_rules_template()
     files.update(reference_pages())
@@ -55,9 +67,11 @@ def expected_files() -> dict[Path, str]:
 
 
 def stale_chart_crds() -> list[Path]:
-    """CRD files in the chart that deploy/crds no longer has."""
-    wanted = {p.name for p in CRDS.glob("*.yaml")}
-    return sorted(p for p in (CHART / "crds").glob("*.yaml") if p.name not in wanted)
+    """CRD files in a chart that are not its operator's (the GPU chart's, then the network chart's)."""
+    wanted = set(crds())
+    stale = sorted(p for p in (CHART / "crds").glob("*.yaml") if p.name not in wanted)
+    ours = set(chart_crd_files()[NETWORK_CHART.name])
+    return stale + sorted(p for p in (NETWORK_CHART / "crds").glob("*.yaml") if p.name not in ours)
 
 
 def main(argv: list[str] | None = None) -> int:

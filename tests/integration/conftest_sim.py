@@ -3,7 +3,9 @@
 * ``simulator`` (session): one :class:`~gpu_operator.sim.control.simulator.Simulator` on ``local_cluster``; its
   event loop, pod watch and heartbeat loop run in the background for the whole session.
 * ``sim_nodes``: ``sim_nodes("dgx-h100:1,cpu-only:1", options=NodeOptions(...))`` registers Ready simulated
-  nodes and returns their names; they (and the pods bound to them) are removed after the test.
+  nodes and returns their names; they (and the pods bound to them) are removed after the test. Requests work
+  too: ``sim_nodes(nic_node_requests(4))`` (``gpu_operator.sim.shapes``) gives 4 Mellanox NIC nodes in two
+  OS/kernel pools, whose network-operator containers run the stand-ins (``sim.programs.netstandins``).
 * ``sim_program``: ``sim_program("name", entrypoint)`` makes ``gpu-operator agent name`` runnable for the
   duration of the test.
 
@@ -13,7 +15,7 @@ Load it with ``pytest_plugins`` in the root conftest or re-export the fixtures f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 from lightkube import Client
@@ -28,6 +30,7 @@ from gpu_operator.sim.programs.agents import agent_registry
 from gpu_operator.sim.programs.programs import Program
 from gpu_operator.sim.programs.standins import PROGRAM_PREFIX
 from gpu_operator.sim.programs.standins import programs as standin_programs
+from gpu_operator.sim.shapes import NodeRequest
 
 #: The operand agents the operator's DaemonSets run (``gpu-operator agent NAME``), from the one table.
 OPERAND_AGENTS = tuple(name for name in PROGRAMS if name != "sleep")
@@ -51,7 +54,7 @@ def sim_nodes(simulator: Simulator) -> Iterator[SimNodesFactory]:
     """A factory registering simulated nodes for one test."""
     added: list[str] = []
 
-    def make(spec: str, *, options: NodeOptions | None = None) -> list[str]:
+    def make(spec: str | Sequence[NodeRequest], *, options: NodeOptions | None = None) -> list[str]:
         names = simulator.add_nodes(spec, options=options)
         added.extend(names)
         return names

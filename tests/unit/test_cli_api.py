@@ -38,10 +38,25 @@ def test_crds_prints_and_writes(tmp_path: Path) -> None:
     printed = CliRunner().invoke(cli, ["crds"])
     assert printed.exit_code == 0
     docs = [d for d in yaml.safe_load_all(printed.output) if d]
-    assert [d["metadata"]["name"] for d in docs] == ["clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com"]
+    assert [d["metadata"]["name"] for d in docs] == [
+        "clusterpolicies.nvidia.com",
+        "nvidiadrivers.nvidia.com",
+        "nicclusterpolicies.mellanox.com",
+        "nicnodepolicies.mellanox.com",
+        "macvlannetworks.mellanox.com",
+        "hostdevicenetworks.mellanox.com",
+        "ipoibnetworks.mellanox.com",
+        "network-attachment-definitions.k8s.cni.cncf.io",
+    ]
     written = CliRunner().invoke(cli, ["crds", "--output-dir", str(tmp_path)])
     assert written.exit_code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "k8s.cni.cncf.io_networkattachmentdefinitions.yaml",
+        "mellanox.com_hostdevicenetworks.yaml",
+        "mellanox.com_ipoibnetworks.yaml",
+        "mellanox.com_macvlannetworks.yaml",
+        "mellanox.com_nicclusterpolicies.yaml",
+        "mellanox.com_nicnodepolicies.yaml",
         "nvidia.com_clusterpolicies.yaml",
         "nvidia.com_nvidiadrivers.yaml",
     ]

@@ -85,11 +85,13 @@ def test_same_digest_keeps_the_loaded_modules(tmp_path: Path) -> None:
     assert loads == ["nvidia", "nvidia-uvm", "nvidia-modeset"]
 
 
-def test_rdma_loads_peermem_and_a_missing_version_fails(tmp_path: Path) -> None:
+def test_rdma_leaves_peermem_to_its_side_car_and_a_missing_version_fails(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path, GPU_DIRECT_RDMA_ENABLED="true")
     host = driver_host(ctx)
     Driver(ctx=ctx, host=host).start()
-    assert "nvidia_peermem" in host.loaded()
+    # nvidia-peermem needs MOFED: the nvidia-peermem-ctr side-car loads it (test_peermem_agent).
+    assert "nvidia_peermem" not in host.loaded()
+    host.load("nvidia-peermem")
     ctx.host_path("/sys/module/nvidia_peermem/refcnt").write_text("1\n")
     with pytest.raises(ModuleError, match="cannot unload nvidia_peermem"):
         unload_all(host)

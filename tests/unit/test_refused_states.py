@@ -71,12 +71,14 @@ def test_every_enabled_state_either_runs_existing_agents_or_is_refused() -> None
 
 
 def test_a_driver_sidecar_without_agent_is_left_out_and_reported() -> None:
-    driver = _states({"driver": {"rdma": {"enabled": True}}})["state-driver"]
+    driver = _states({"driver": {"rdma": {"enabled": True}}, "gds": {"enabled": True}})["state-driver"]
     (ds,) = [o for o in driver.objects if o["kind"] == "DaemonSet"]
     names = [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]]
-    assert "nvidia-peermem-ctr" not in names
-    assert names[0] == "nvidia-driver-ctr"
-    assert any("nvidia-peermem" in r for r in driver.refused)
+    assert "nvidia-fs-ctr" not in names
+    assert any("nvidia-fs" in r for r in driver.refused)
+    # GPUDirect RDMA's side-car has an agent of ours (agents.drivermanager.peermem): deployed.
+    assert names == ["nvidia-driver-ctr", "nvidia-peermem-ctr"]
+    assert not any("nvidia-peermem" in r for r in driver.refused)
 
 
 def test_refused_states_are_named_in_a_condition_and_do_not_hold_the_policy_back() -> None:

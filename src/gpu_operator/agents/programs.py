@@ -14,6 +14,7 @@ from gpu_operator.agents.deviceplugin import program as device_plugin
 from gpu_operator.agents.discovery import program as gpu_discovery
 from gpu_operator.agents.drivermanager import driver as driver_program
 from gpu_operator.agents.drivermanager import manager as driver_manager
+from gpu_operator.agents.drivermanager import peermem
 from gpu_operator.agents.exporter import program as exporter
 from gpu_operator.agents.gfd import program as feature_discovery
 from gpu_operator.agents.migmanager import program as mig_manager
@@ -45,6 +46,7 @@ PROGRAMS: MappingProxyType[str, Program] = MappingProxyType(
         "mig-manager": mig_manager.main,
         "driver-manager": driver_manager.main,
         "driver": driver_program.main,
+        "nvidia-peermem": peermem.main,
         "gpu-discovery": gpu_discovery.main,
         "mps-control-daemon": mps_control_daemon.main,
     }

@@ -45,10 +45,12 @@ class Rule:
 
     ``check`` returns True when the object is valid. ``field_path`` (CEL ``fieldPath``, relative,
     starting with ``.``) names the field the message is about. Transition rules (``oldSelf``) have
-    no offline check: ``check`` is None and they are enforced by the API server only.
+    no offline check: ``check`` is None and they are enforced by the API server only. Checks CEL
+    cannot express (a string that must hold JSON) have no expression: ``cel`` is None and they are
+    enforced offline (``gpu-operator validate``) and by the reconciler only.
     """
 
-    cel: str
+    cel: str | None
     message: str
     check: Callable[[Any], bool] | None = None
     field_path: str | None = None

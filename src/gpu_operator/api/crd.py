@@ -5,6 +5,8 @@ enums from ``Literal``, defaults from field defaults (a section default of ``{}`
 defaults apply), ``pattern``/``minimum``/``maximum``/``minLength`` from field constraints,
 int-or-string and free-form markers, and :class:`Rule` lists as ``x-kubernetes-validations``.
 ``gpu-operator crds`` prints the result; ``deploy/crds/`` holds the committed copy, checked for drift.
+:func:`crd_manifest` wraps a resource model into a CRD (group, scope, names, printer columns);
+:func:`crds` holds the GPU operator's, ``gpu_operator.api.network.crd`` the Network Operator's.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ Schema = dict[str, Any]
 def _rules(rules: tuple[Rule, ...]) -> list[Schema]:
     out: list[Schema] = []
     for r in rules:
+        if r.cel is None:
+            continue  # an offline-only check (JSON inside a string): nothing for the API server
         item: Schema = {"rule": r.cel, "message": r.message}
         if r.field_path:
             item["fieldPath"] = r.field_path
@@ -76,6 +80,9 @@ def _apply_meta(schema: Schema, meta: list[Any]) -> Schema:
             schema["maximum"] = m.le
         elif isinstance(m, annotated_types.MinLen):
             schema["minLength"] = m.min_length
+        elif isinstance(m, annotated_types.MaxLen):
+            # Bounded strings also bound the API server's CEL cost estimate of rules that read them.
+            schema["maxLength"] = m.max_length
         elif getattr(m, "pattern", None):
             schema["pattern"] = m.pattern
     return schema
@@ -150,15 +157,15 @@ def model_schema(model: type[BaseModel]) -> Schema:
     if required:
         schema["required"] = required
     rules: tuple[Rule, ...] = getattr(model, "rules", ())
-    if rules:
-        schema["x-kubernetes-validations"] = _rules(rules)
+    if rules and (validations := _rules(rules)):
+        schema["x-kubernetes-validations"] = validations
     return schema
 
 
 def _resource_schema(model: type[BaseModel]) -> Schema:
     spec_info = model.model_fields["spec"]
     status_info = model.model_fields["status"]
-    return {
+    schema: Schema = {
         "type": "object",
         "description": " ".join((model.__doc__ or "").split()),
         "properties": {
@@ -169,23 +176,33 @@ def _resource_schema(model: type[BaseModel]) -> Schema:
             "status": type_schema(status_info.annotation),
         },
     }
+    if spec_info.is_required():
+        schema["required"] = ["spec"]
+    # Rules on the resource itself may read metadata.name (the only metadata CEL sees besides generateName).
+    rules: tuple[Rule, ...] = getattr(model, "rules", ())
+    if rules and (validations := _rules(rules)):
+        schema["x-kubernetes-validations"] = validations
+    return schema
 
 
-def _crd(
+def crd_manifest(
     *,
     model: type[BaseModel],
+    group: str,
     kind: str,
     plural: str,
     version: str,
     short_names: list[str],
     columns: list[Schema],
+    scope: str = "Cluster",
 ) -> Schema:
+    """The CRD of one resource model (one served and stored version with a status subresource)."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.nvidia.com"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
-            "group": "nvidia.com",
+            "group": group,
             "names": {
                 "kind": kind,
                 "listKind": f"{kind}List",
@@ -193,7 +210,7 @@ def _crd(
                 "singular": kind.lower(),
                 **({"shortNames": short_names} if short_names else {}),
             },
-            "scope": "Cluster",
+            "scope": scope,
             "versions": [
                 {
                     "name": version,
@@ -208,31 +225,33 @@ def _crd(
     }
 
 
-_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
-_STATUS = {"name": "Status", "type": "string", "jsonPath": ".status.state"}
+AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+STATUS_COLUMN = {"name": "Status", "type": "string", "jsonPath": ".status.state"}
 
 
 def crds() -> dict[str, Schema]:
-    """Every CRD of the project, by file name."""
+    """The GPU operator's CRDs (what its chart and CRD hook Jobs install), by file name."""
     return {
-        "nvidia.com_clusterpolicies.yaml": _crd(
+        "nvidia.com_clusterpolicies.yaml": crd_manifest(
             model=ClusterPolicy,
+            group="nvidia.com",
             kind="ClusterPolicy",
             plural="clusterpolicies",
             version="v1",
             short_names=[],
-            columns=[_STATUS, _AGE],
+            columns=[STATUS_COLUMN, AGE_COLUMN],
         ),
-        "nvidia.com_nvidiadrivers.yaml": _crd(
+        "nvidia.com_nvidiadrivers.yaml": crd_manifest(
             model=NVIDIADriver,
+            group="nvidia.com",
             kind="NVIDIADriver",
             plural="nvidiadrivers",
             version="v1alpha1",
             short_names=["nvd", "nvdriver", "nvdrivers"],
             columns=[
-                _STATUS,
+                STATUS_COLUMN,
                 {"name": "Default", "type": "boolean", "jsonPath": ".spec.default"},
-                _AGE,
+                AGE_COLUMN,
             ],
         ),
     }

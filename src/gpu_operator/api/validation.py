@@ -1,9 +1,11 @@
-"""Offline validation of ClusterPolicy and NVIDIADriver documents, with field paths in every error.
+"""Offline validation of the project's custom resources, with field paths in every error.
 
 ``validate_document`` parses one decoded YAML/JSON document into its model and turns pydantic's
 errors into :class:`FieldError` lines such as
 ``spec.driver.upgradePolicy.maxUnavailable: must be an integer or a percentage``. ``load_file``
-reads a multi-document YAML file and reports parse errors with the file name and line.
+reads a multi-document YAML file and reports parse errors with the file name and line. The kinds:
+ClusterPolicy and NVIDIADriver (GPU operator), NicClusterPolicy, NicNodePolicy, MacvlanNetwork,
+HostDeviceNetwork and IPoIBNetwork (Network Operator).
 """
 
 from __future__ import annotations
@@ -16,11 +18,19 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.api.network.networks import HostDeviceNetwork, IPoIBNetwork, MacvlanNetwork
+from gpu_operator.api.network.nicclusterpolicy import NicClusterPolicy
+from gpu_operator.api.network.nicnodepolicy import NicNodePolicy
 from gpu_operator.api.nvidiadriver import NVIDIADriver
 
 KINDS: dict[tuple[str, str], type[BaseModel]] = {
     ("nvidia.com/v1", "ClusterPolicy"): ClusterPolicy,
     ("nvidia.com/v1alpha1", "NVIDIADriver"): NVIDIADriver,
+    ("mellanox.com/v1alpha1", "NicClusterPolicy"): NicClusterPolicy,
+    ("mellanox.com/v1alpha1", "NicNodePolicy"): NicNodePolicy,
+    ("mellanox.com/v1alpha1", "MacvlanNetwork"): MacvlanNetwork,
+    ("mellanox.com/v1alpha1", "HostDeviceNetwork"): HostDeviceNetwork,
+    ("mellanox.com/v1alpha1", "IPoIBNetwork"): IPoIBNetwork,
 }
 
 
@@ -86,6 +96,8 @@ def _message(err: Any) -> str:
         return str(err["msg"]).replace("Input should be", "must be")
     if kind == "string_too_short":
         return "must not be empty"
+    if kind == "string_too_long":
+        return f"must be at most {err['ctx']['max_length']} characters"
     return _MESSAGES.get(kind, str(err["msg"]))
 
 

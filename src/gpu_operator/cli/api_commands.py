@@ -19,7 +19,7 @@ from gpu_operator.api.validation import DocumentError, validate_file
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("-q", "--quiet", is_flag=True, help="Print errors only.")
 def validate_command(files: tuple[Path, ...], quiet: bool) -> None:
-    """Check ClusterPolicy and NVIDIADriver manifests offline; exit 1 on any error."""
+    """Check ClusterPolicy, NVIDIADriver and Network Operator manifests offline; exit 1 on any error."""
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     failed = False

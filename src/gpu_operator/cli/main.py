@@ -14,6 +14,7 @@ from gpu_operator.cli.api_commands import validate_command
 from gpu_operator.cli.cluster import cluster_group
 from gpu_operator.cli.crds import crds_command
 from gpu_operator.cli.demo import demo_command
+from gpu_operator.cli.network_operator import network_operator_command
 from gpu_operator.cli.operator import operator_command
 from gpu_operator.cli.render import render_command
 from gpu_operator.cli.sim import sim_group
@@ -34,6 +35,7 @@ cli.add_command(demo_command)
 cli.add_command(agent_command)
 cli.add_command(sim_group)
 cli.add_command(operator_command)
+cli.add_command(network_operator_command)
 cli.add_command(render_command)
 cli.add_command(status_command)
 cli.add_command(upgrade_group)

@@ -2,7 +2,8 @@
 
 * ``up --nodes dgx-h100:2,cpu-only:1`` registers Ready nodes that act as kubelets (they run the pods bound
   to them as in-process programs) and stays in the foreground until Ctrl-C, then removes them. The cluster
-  is ``--kubeconfig``, else the one ``gpu-operator cluster up`` runs.
+  is ``--kubeconfig``, else the one ``gpu-operator cluster up`` runs. ``--nic-nodes N`` adds N nodes with
+  Mellanox NICs for the network operator, split over OS/kernel pools (``--nic-pool``, two by default).
 * ``status`` lists the running simulator's nodes; ``fault ...`` injects faults into them through the
   control socket in the simulator's state directory (``~/.cache/gpu-operator/sim`` by default).
 """
@@ -38,8 +39,9 @@ from gpu_operator.sim.control.server import (
 )
 from gpu_operator.sim.control.simulator import Simulator
 from gpu_operator.sim.kubelet.node import GPU_PLUGIN_MODES, NodeOptions
+from gpu_operator.sim.nics import DEFAULT_NIC_MODEL, NIC_MODELS, NIC_POOLS, NicRequest, OsPool, parse_os_pool
 from gpu_operator.sim.programs.agents import agent_registry
-from gpu_operator.sim.shapes import parse_node_spec
+from gpu_operator.sim.shapes import NodeRequest, nic_node_requests, parse_node_spec
 
 console = Console()
 state_dir_option = click.option(
@@ -73,8 +75,62 @@ def sim_group() -> None:
 sim_group.add_command(fake_driver_group)
 
 
+def _parse_pools(values: tuple[str, ...]) -> tuple[OsPool, ...]:
+    try:
+        return tuple(parse_os_pool(v) for v in values) or NIC_POOLS
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--nic-pool") from error
+
+
+def up_requests(
+    *, spec: str, nic_nodes: int, nic_profile: str, nic_model: str, nic_pools: tuple[str, ...]
+) -> list[NodeRequest]:
+    """What ``up`` registers: the --nodes spec, then the NIC nodes; usage errors name the option."""
+    if not spec and nic_nodes <= 0:
+        raise click.UsageError("nothing to add: pass --nodes and/or --nic-nodes")
+    try:
+        requests = parse_node_spec(spec) if spec else []
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--nodes") from error
+    if nic_nodes > 0:
+        pools = _parse_pools(nic_pools)
+        try:
+            requests += nic_node_requests(nic_nodes, profile=nic_profile, nics=NicRequest(model=nic_model), pools=pools)
+        except (KeyError, ValueError) as error:
+            raise click.BadParameter(str(error), param_hint="--nic-profile") from error
+    return requests
+
+
 @sim_group.command(name="up")
-@click.option("--nodes", "spec", required=True, help="PROFILE[:COUNT],... e.g. dgx-h100:2,a100-mig:1,cpu-only:1")
+@click.option("--nodes", "spec", default="", help="PROFILE[:COUNT],... e.g. dgx-h100:2,a100-mig:1,cpu-only:1")
+@click.option(
+    "--nic-nodes",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Nodes with Mellanox NICs (for the network operator), split evenly over the --nic-pool pools.",
+)
+@click.option(
+    "--nic-profile",
+    default="cpu-only",
+    show_default=True,
+    help="Node profile of the NIC nodes (one with GPUs gives GPU nodes with NICs).",
+)
+@click.option(
+    "--nic-model",
+    type=click.Choice(sorted(NIC_MODELS)),
+    default=DEFAULT_NIC_MODEL,
+    show_default=True,
+    help="The NIC nodes' Mellanox NIC model (2 per node).",
+)
+@click.option(
+    "--nic-pool",
+    "nic_pools",
+    multiple=True,
+    help="An OS pool of the NIC nodes, ID:VERSION_ID:KERNEL (repeatable; default: "
+    + ", ".join(str(p) for p in NIC_POOLS)
+    + ").",
+)
 @click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -95,11 +151,20 @@ sim_group.add_command(fake_driver_group)
     help="The simulator's own nvidia.com/gpu plugin (none: the operator's device plugin provides it).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulated GPUs.")
-@click.option("--name-prefix", default="sim", show_default=True, help="Nodes are named PREFIX-PROFILE-N.")
+@click.option(
+    "--name-prefix",
+    default="sim",
+    show_default=True,
+    help="Nodes are named PREFIX-PROFILE-N (NIC nodes PREFIX-PROFILE-MODEL-N).",
+)
 @state_dir_option
 def up_command(
     *,
     spec: str,
+    nic_nodes: int,
+    nic_profile: str,
+    nic_model: str,
+    nic_pools: tuple[str, ...],
     name_prefix: str,
     kubeconfig: Path | None,
     cluster_state_dir: Path | None,
@@ -110,16 +175,16 @@ def up_command(
     """Add simulated nodes to a running cluster; Ctrl-C removes them.
 
     Pods bound to them whose command is `gpu-operator agent NAME` run in this process (the node agents and
-    the test programs sleep, fail, ready-after); anything else waits with reason UnknownProgram.
+    the test programs sleep, fail, ready-after), as do stand-ins for NVIDIA's and the network operator's
+    containers (chosen by container name); anything else waits with reason UnknownProgram.
     """
     directory = _state_dir(state_dir)
     running = read_state(state_dir=directory)
     if running is not None and running.alive():
         raise click.ClickException(f"a simulator already runs with state dir {directory} (pid {running.pid})")
-    try:
-        parse_node_spec(spec)
-    except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="--nodes") from error
+    requests = up_requests(
+        spec=spec, nic_nodes=nic_nodes, nic_profile=nic_profile, nic_model=nic_model, nic_pools=nic_pools
+    )
     access = ClusterAccess.from_kubeconfig(_kubeconfig(kubeconfig, cluster_state_dir))
     quiet_http_logs()
     stop = threading.Event()
@@ -128,10 +193,11 @@ def up_command(
     simulator = Simulator(
         access=access, root=directory / "nodes", registry=agent_registry(), seed=seed, name_prefix=name_prefix
     )
-    with console.status(f"Registering nodes {spec}…"):
+    shown = ", ".join(filter(None, (spec, f"{nic_nodes} NIC nodes" if nic_nodes else "")))
+    with console.status(f"Registering nodes {shown}…"):
         simulator.start()
     try:
-        names = simulator.add_nodes(spec, options=NodeOptions(gpu_plugin=gpu_plugin))
+        names = simulator.add_nodes(requests, options=NodeOptions(gpu_plugin=gpu_plugin))
         socket_path = directory / SOCKET_FILE
         simulator.serve_control(socket_path)
         pid = os.getpid()
@@ -161,7 +227,8 @@ def _nodes_table(rows: list[dict[str, Any]]) -> Table:
         table.add_column(column)
     for row in rows:
         devices = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in row["resources"].items()) or "-"
-        table.add_row(row["name"], row["profile"], str(row["ready"]), str(row["heartbeats"]), str(row["pods"]), devices)
+        profile = f"{row['profile']} + {row['nics']}" if row.get("nics") else row["profile"]
+        table.add_row(row["name"], profile, str(row["ready"]), str(row["heartbeats"]), str(row["pods"]), devices)
     return table
 
 
@@ -264,6 +331,21 @@ def not_ready_command(*, node: str, stop_heartbeats: bool, state_dir: Path | Non
 def ready_command(*, node: str, state_dir: Path | None) -> None:
     """Make the node Ready again (heartbeats resume)."""
     _fault(state_dir, {"op": "ready", "node": node})
+
+
+@fault_group.command(name="ofed")
+@node_argument
+@click.option(
+    "--mode",
+    type=click.Choice(["fail", "hang", "clear"]),
+    required=True,
+    help="fail: the next OFED driver loads exit 1; hang: they never finish; clear: they succeed again.",
+)
+@click.option("--image-contains", default="", help="Only for OFED images containing this text (e.g. a version).")
+@state_dir_option
+def ofed_command(*, node: str, mode: str, image_contains: str, state_dir: Path | None) -> None:
+    """Make the node's simulated OFED driver (network operator) fail or hang on its next load."""
+    _fault(state_dir, {"op": "ofed", "node": node, "mode": mode, "image_contains": image_contains})
 
 
 @fault_group.command(name="crash")

@@ -6,6 +6,10 @@ would put out of date), it prints the waves in which nodes will be upgraded, the
 evict or wait for, what blocks (PodDisruptionBudgets, skip labels, cordoned or unready nodes, images
 that cannot be pulled), and an estimated duration from the install time measured on the current
 driver pods. The same pure ``plan()`` the operator runs produces it. ``-o json`` for machines.
+
+``--driver ofed`` previews the Network Operator's OFED driver instead: its NicClusterPolicy's rollout
+(or a NicNodePolicy's, ``--node-policy NAME``), a proposed NicClusterPolicy or NicNodePolicy with
+``--policy``, in the Network Operator's namespace by default.
 """
 
 from __future__ import annotations
@@ -20,8 +24,15 @@ from rich.console import Console
 from rich.table import Table
 
 from gpu_operator.api.validation import DocumentError, load_file
+from gpu_operator.names import network
+from gpu_operator.upgrade.drivers import CLUSTER_POLICY, DRIVERS, GPU_DRIVER, OFED_DRIVER
 from gpu_operator.upgrade.preview import Preview, preview
 from gpu_operator.upgrade.proposal import Proposal, build_proposal
+
+#: The namespace each driver's operator runs in by default (the charts' defaults).
+NAMESPACES = {GPU_DRIVER: "gpu-operator", OFED_DRIVER: "nvidia-network-operator"}
+#: The kinds ``--policy`` takes for each driver.
+POLICY_KINDS = {GPU_DRIVER: ("ClusterPolicy",), OFED_DRIVER: (network.NCP_KIND, network.NNP_KIND)}
 
 
 def _duration(seconds: float) -> str:
@@ -33,6 +44,7 @@ def _duration(seconds: float) -> str:
 def to_json(result: Preview, proposal: Proposal) -> dict[str, Any]:
     knobs = result.knobs
     return {
+        "driver": proposal.snapshot.keys.driver,
         "autoUpgrade": knobs.auto_upgrade,
         "maxParallelUpgrades": knobs.max_parallel,
         "maxUnavailable": knobs.max_unavailable,
@@ -63,8 +75,9 @@ def print_preview(console: Console, result: Preview, proposal: Proposal) -> None
     moving = [f for f in result.nodes if f.wave is not None]
     knobs = result.knobs
     source = "measured on the current driver pods" if proposal.measured else "assumed: no driver pod to measure"
+    title = "Driver upgrade preview" if proposal.snapshot.keys.driver == GPU_DRIVER else "OFED driver upgrade preview"
     console.print(
-        f"[bold]Driver upgrade preview[/bold]: {len(moving)} of {len(result.nodes)} node(s) in "
+        f"[bold]{title}[/bold]: {len(moving)} of {len(result.nodes)} node(s) in "
         f"{len(result.waves)} wave(s) (maxParallelUpgrades={knobs.max_parallel or 'unlimited'}, "
         f"maxUnavailable={knobs.max_unavailable}); estimated {_duration(result.estimated_seconds)} "
         f"at {_duration(result.install_seconds)} install + {_duration(proposal.validation_seconds)} validation "
@@ -91,26 +104,39 @@ def print_preview(console: Console, result: Preview, proposal: Proposal) -> None
         console.print(f"[yellow]note:[/yellow] {note}")
 
 
-async def fetch_proposal(*, kubeconfig: str | None, namespace: str, policy: dict[str, Any] | None) -> Proposal:
+async def fetch_proposal(
+    *,
+    kubeconfig: str | None,
+    namespace: str,
+    policy: dict[str, Any] | None,
+    driver: str = GPU_DRIVER,
+    node_policy: str | None = None,
+) -> Proposal:
     from gpu_operator.kube.api import Kube  # noqa: PLC0415 - keep other commands light
     from gpu_operator.kube.connect import async_client  # noqa: PLC0415
 
     client = async_client(kubeconfig=kubeconfig, field_manager=None)
     try:
+        if driver == OFED_DRIVER:
+            from gpu_operator.upgrade.ofed_proposal import build_ofed_proposal  # noqa: PLC0415
+
+            partition = node_policy or CLUSTER_POLICY
+            return await build_ofed_proposal(Kube(client), namespace=namespace, policy_doc=policy, partition=partition)
         return await build_proposal(Kube(client), namespace=namespace, policy_doc=policy)
     finally:
         await client.close()
 
 
-def _policy(path: Path | None) -> dict[str, Any] | None:
+def _policy(path: Path | None, *, driver: str = GPU_DRIVER) -> dict[str, Any] | None:
     if path is None:
         return None
+    kinds = POLICY_KINDS[driver]
     try:
-        docs = [d for d in load_file(path) if isinstance(d, dict) and d.get("kind") == "ClusterPolicy"]
+        docs = [d for d in load_file(path) if isinstance(d, dict) and d.get("kind") in kinds]
     except DocumentError as error:
         raise click.ClickException(str(error)) from error
     if len(docs) != 1:
-        raise click.ClickException(f"{path}: expected one ClusterPolicy, found {len(docs)}")
+        raise click.ClickException(f"{path}: expected one {' or '.join(kinds)}, found {len(docs)}")
     return docs[0]
 
 
@@ -121,19 +147,40 @@ def upgrade_group() -> None:
 
 @upgrade_group.command("plan")
 @click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig file (default: in-cluster or ~/.kube/config).")
-@click.option("--namespace", default="gpu-operator", show_default=True, help="The operator namespace.")
+@click.option("--namespace", help="The operator namespace (default: gpu-operator; nvidia-network-operator for ofed).")
+@click.option("--driver", type=click.Choice(DRIVERS), default=GPU_DRIVER, show_default=True,
+              help="The driver: the GPU driver, or the Network Operator's OFED driver.")  # fmt: skip
 @click.option("--policy", "policy_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="A proposed ClusterPolicy; without it, the rollout the live policy implies.")  # fmt: skip
+              help="A proposed ClusterPolicy (ofed: NicClusterPolicy or NicNodePolicy); "
+                   "without it, the rollout the live policy implies.")  # fmt: skip
+@click.option("--node-policy", help="ofed: preview this live NicNodePolicy's nodes instead of the NicClusterPolicy's.")
 @click.option("--install-seconds", type=float, help="Time per node install (default: measured on the cluster).")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def plan_command(
-    kubeconfig: str | None, namespace: str, policy_file: Path | None, install_seconds: float | None, output: str
+    *,
+    kubeconfig: str | None,
+    namespace: str | None,
+    driver: str,
+    policy_file: Path | None,
+    node_policy: str | None,
+    install_seconds: float | None,
+    output: str,
 ) -> None:
     """Preview the driver rollout: waves, evictions, waits, blockers and duration. Changes nothing."""
+    if node_policy and driver != OFED_DRIVER:
+        raise click.UsageError("--node-policy is for --driver ofed")
+    if node_policy and policy_file:
+        raise click.UsageError("--node-policy previews a live policy; a proposed one names itself (--policy)")
+    namespace = namespace or NAMESPACES[driver]
+    policy = _policy(policy_file, driver=driver)
     try:
-        proposal = asyncio.run(fetch_proposal(kubeconfig=kubeconfig, namespace=namespace, policy=_policy(policy_file)))
+        proposal = asyncio.run(
+            fetch_proposal(kubeconfig=kubeconfig, namespace=namespace, policy=policy, driver=driver,
+                           node_policy=node_policy)
+        )  # fmt: skip
     except ValueError as error:  # an invalid policy: pydantic's message names the fields
-        raise click.ClickException(f"{policy_file or 'the live ClusterPolicy'}: {error}") from error
+        live = "the live ClusterPolicy" if driver == GPU_DRIVER else "the live Network Operator policies"
+        raise click.ClickException(f"{policy_file or live}: {error}") from error
     if install_seconds is not None:
         proposal.install_seconds, proposal.measured = install_seconds, False
     result = preview(

@@ -38,6 +38,17 @@ APPLIED_HASH = keys.APPLIED_HASH
 
 ClusterPolicyResource = create_global_resource("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies")
 NVIDIADriverResource = create_global_resource("nvidia.com", "v1alpha1", "NVIDIADriver", "nvidiadrivers")
+# The Network Operator's kinds (names.network): the same client serves both operators.
+NicClusterPolicyResource = create_global_resource("mellanox.com", "v1alpha1", "NicClusterPolicy", "nicclusterpolicies")
+NicNodePolicyResource = create_global_resource("mellanox.com", "v1alpha1", "NicNodePolicy", "nicnodepolicies")
+MacvlanNetworkResource = create_global_resource("mellanox.com", "v1alpha1", "MacvlanNetwork", "macvlannetworks")
+HostDeviceNetworkResource = create_global_resource(
+    "mellanox.com", "v1alpha1", "HostDeviceNetwork", "hostdevicenetworks"
+)
+IPoIBNetworkResource = create_global_resource("mellanox.com", "v1alpha1", "IPoIBNetwork", "ipoibnetworks")
+NADResource = create_namespaced_resource(
+    "k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition", "network-attachment-definitions"
+)
 ServiceMonitorResource = create_namespaced_resource("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors")
 
 
@@ -92,17 +103,17 @@ class _Listing:
         self.resource_version = str(self._items.resourceVersion)
 
 
-def with_applied_hash(obj: Mapping[str, Any]) -> JSON:
-    """A copy of ``obj`` annotated with a hash of itself (stable: keys sorted, no whitespace)."""
+def with_applied_hash(obj: Mapping[str, Any], *, key: str = APPLIED_HASH) -> JSON:
+    """A copy of ``obj`` annotated (``key``) with a hash of itself (stable: keys sorted, no whitespace)."""
     digest = hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
     meta = dict(obj.get("metadata") or {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), APPLIED_HASH: digest}
+    meta["annotations"] = {**(meta.get("annotations") or {}), key: digest}
     return {**obj, "metadata": meta}
 
 
-def applied_hash(obj: Mapping[str, Any]) -> str | None:
+def applied_hash(obj: Mapping[str, Any], *, key: str = APPLIED_HASH) -> str | None:
     """The hash a live object was last applied with (None if it has none)."""
-    return ((obj.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH)
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
 
 
 class Kube:

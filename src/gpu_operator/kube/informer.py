@@ -93,7 +93,8 @@ class Informer:
         query = dict(labels or {})
         if any(not (v is None or isinstance(v, str)) for v in query.values()):
             return False  # set-based selectors (in_, not_in...) go to the API server
-        return all(key in query and query[key] == want for key, want in self.labels.items())
+        # An informer of "key exists" (None) also answers a query for one value of that key.
+        return all(key in query and (want is None or query[key] == want) for key, want in self.labels.items())
 
     def select(self, labels: Selector | None = None) -> list[JSON]:
         """The cached objects whose labels satisfy ``labels``, in name order (as the API lists them)."""

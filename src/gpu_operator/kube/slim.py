@@ -81,9 +81,10 @@ def _container_status(c: JSON) -> JSON:
 
 
 def _container(c: JSON) -> JSON:
-    # Only literal env values are read (the driver version and config digest); resources tell GPU pods.
+    # Only literal env values are read (the driver version and config digest); resources tell GPU pods;
+    # the image gives an OFED pod's version (its driver has no version variable).
     env = [_pick(e, ("name", "value")) for e in c.get("env") or [] if "value" in e]
-    return {**_pick(c, ("name", "resources")), "env": env}
+    return {**_pick(c, ("name", "image", "resources")), "env": env}
 
 
 def slim_pod(pod: JSON) -> JSON:

@@ -6,6 +6,9 @@ working. Grouped by who writes them; each key has exactly one writer (see docs/a
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 # --- NFD (node-feature-discovery writes these; we read them) ---------------------------------------
 NFD_PREFIX = "feature.node.kubernetes.io/"
 NFD_NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"
@@ -42,19 +45,76 @@ MIG_CONFIG = "nvidia.com/mig.config"
 MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
 MIG_CONFIG_REASON = "nvidia.com/mig.config.state.reason"
 
+
 # --- Driver upgrades (the upgrade controller writes these; the driver manager reads some) ----------
-UPGRADE_PREFIX = "nvidia.com/gpu-driver-upgrade"  # every upgrade label and annotation starts with it
-UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
-UPGRADE_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
-UPGRADE_DRAIN_SKIP = "nvidia.com/gpu-driver-upgrade-drain.skip"
-UPGRADE_INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
-UPGRADE_WAIT_START = "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time"
-UPGRADE_VALIDATION_START = "nvidia.com/gpu-driver-upgrade-validation-start-time"
-UPGRADE_REQUESTED = "nvidia.com/gpu-driver-upgrade-requested"
-UPGRADE_ENABLED = "nvidia.com/gpu-driver-upgrade-enabled"
-UPGRADE_DELETION_START = "nvidia.com/gpu-driver-upgrade-pod-deletion-start-time"
-UPGRADE_DRAIN_START = "nvidia.com/gpu-driver-upgrade-drain-start-time"
-UPGRADE_FAILURE = "nvidia.com/gpu-driver-upgrade-failure"
+@dataclass(frozen=True, kw_only=True)
+class UpgradeKeys:
+    """Every node label and annotation of one driver's upgrade state machine.
+
+    Upstream's ``SetDriverName(name)``: the same machine runs for the GPU driver (``gpu``) and the
+    Network Operator's OFED driver (``ofed``), each under its own ``nvidia.com/<name>-driver-upgrade*``
+    keys, so both can upgrade the same node without seeing each other's state.
+    """
+
+    driver: str
+    prefix: str  # every key below starts with it
+    state: str
+    skip: str
+    drain_skip: str  # a pod label: pods carrying it =true are never drained
+    initial_unschedulable: str
+    wait_start: str
+    validation_start: str
+    requested: str
+    requestor_mode: str
+    safe_load: str  # the driver container waits on it before loading (safe driver load)
+    enabled: str
+    # Ours (upstream keeps these in memory): when pod deletion and drain began, and why a node failed.
+    deletion_start: str
+    drain_start: str
+    failure: str
+    event_reason: str  # of the Events on the Node (upstream: "GPUDriverUpgrade", "OFEDDriverUpgrade")
+
+
+@functools.cache
+def upgrade_keys(driver: str) -> UpgradeKeys:
+    """The keys of ``driver``'s upgrades, in upstream's spelling (k8s-operator-libs ``pkg/upgrade/consts.go``)."""
+    prefix = f"nvidia.com/{driver}-driver-upgrade"
+    return UpgradeKeys(
+        driver=driver,
+        prefix=prefix,
+        state=f"{prefix}-state",
+        skip=f"{prefix}.skip",
+        drain_skip=f"{prefix}-drain.skip",
+        initial_unschedulable=f"{prefix}.node-initial-state.unschedulable",
+        wait_start=f"{prefix}-wait-for-pod-completion-start-time",
+        validation_start=f"{prefix}-validation-start-time",
+        requested=f"{prefix}-requested",
+        requestor_mode=f"{prefix}-requestor-mode",
+        safe_load=f"{prefix}.driver-wait-for-safe-load",
+        enabled=f"{prefix}-enabled",
+        deletion_start=f"{prefix}-pod-deletion-start-time",
+        drain_start=f"{prefix}-drain-start-time",
+        failure=f"{prefix}-failure",
+        event_reason=f"{driver.upper()}DriverUpgrade",
+    )
+
+
+#: The drivers whose upgrades may share a node (GPU Operator's and Network Operator's): each machine
+#: leaves a cordon that another one holds alone.
+UPGRADE_DRIVERS = ("gpu", "ofed")
+GPU_UPGRADE = upgrade_keys("gpu")
+UPGRADE_PREFIX = GPU_UPGRADE.prefix  # "nvidia.com/gpu-driver-upgrade"
+UPGRADE_STATE = GPU_UPGRADE.state
+UPGRADE_SKIP = GPU_UPGRADE.skip
+UPGRADE_DRAIN_SKIP = GPU_UPGRADE.drain_skip
+UPGRADE_INITIAL_UNSCHEDULABLE = GPU_UPGRADE.initial_unschedulable
+UPGRADE_WAIT_START = GPU_UPGRADE.wait_start
+UPGRADE_VALIDATION_START = GPU_UPGRADE.validation_start
+UPGRADE_REQUESTED = GPU_UPGRADE.requested
+UPGRADE_ENABLED = GPU_UPGRADE.enabled
+UPGRADE_DELETION_START = GPU_UPGRADE.deletion_start
+UPGRADE_DRAIN_START = GPU_UPGRADE.drain_start
+UPGRADE_FAILURE = GPU_UPGRADE.failure
 DRIVER_MANAGER_CORDONED = "nvidia.com/gpu-driver-manager.cordoned"
 
 # --- Extended resources and CDI ---------------------------------------------------------------------

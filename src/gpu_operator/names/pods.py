@@ -2,8 +2,9 @@
 
 A :class:`PodView` is what eviction, drain and waiting decide on, read from a pod's JSON by
 :func:`pod_view`. The rules: DaemonSet pods and static pods' mirrors stay; pods that finished are
-left; a pod labelled ``nvidia.com/gpu-driver-upgrade-drain.skip=true`` stays; a bare pod (no
-controller) is refused unless forced, a pod with emptyDir data unless its loss is allowed.
+left; a pod labelled ``nvidia.com/<driver>-driver-upgrade-drain.skip=true`` stays (``gpu`` unless the
+caller names another driver's key); a bare pod (no controller) is refused unless forced, a pod with
+emptyDir data unless its loss is allowed.
 """
 
 from __future__ import annotations
@@ -94,11 +95,12 @@ def gpu_pods(pods: Sequence[PodView]) -> list[PodView]:
     return [p for p in pods if p.gpu and not p.stays]
 
 
-def drain_candidates(pods: Sequence[PodView], *, matches: Any = None) -> list[PodView]:
-    """The pods a drain moves: all but those that stay or carry the drain-skip label, and, with a
-    selector's ``matches``, only those it selects."""
+def drain_candidates(
+    pods: Sequence[PodView], *, matches: Any = None, skip_label: str = keys.UPGRADE_DRAIN_SKIP
+) -> list[PodView]:
+    """The pods a drain moves: all but those that stay or carry the drain-skip label (``skip_label``:
+    the one of the driver being upgraded, GPU by default), and, with a selector's ``matches``, only
+    those it selects."""
     return [
-        p
-        for p in pods
-        if not p.stays and p.labels.get(keys.UPGRADE_DRAIN_SKIP) != "true" and (matches is None or matches(p.labels))
+        p for p in pods if not p.stays and p.labels.get(skip_label) != "true" and (matches is None or matches(p.labels))
     ]

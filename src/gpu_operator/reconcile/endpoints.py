@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gpu_operator.kube.api import Kube
 from gpu_operator.kube.informer import Informer
@@ -113,8 +114,9 @@ def cache_lines(caches: tuple[Informer, ...], *, cached_reads: int) -> list[str]
     return lines
 
 
-def upgrade_lines(upgrades: UpgradeOutcome | None) -> list[str]:
-    """Upstream's driver-upgrade gauges, summed over the ClusterPolicy and NVIDIADriver partitions."""
+def upgrade_lines(upgrades: UpgradeOutcome | None, *, prefix: str = "gpu_operator") -> list[str]:
+    """Upstream's driver-upgrade gauges, summed over the ClusterPolicy and NVIDIADriver partitions
+    (the network operator's OFED partitions under its own ``prefix``)."""
     parts = upgrades.partitions if upgrades is not None else ()
     counts: dict[str, int] = {}
     for part in parts:
@@ -135,9 +137,9 @@ def upgrade_lines(upgrades: UpgradeOutcome | None) -> list[str]:
     lines = []
     for name, (text, value) in values.items():
         lines += [
-            f"# HELP gpu_operator_{name} {text}",
-            f"# TYPE gpu_operator_{name} gauge",
-            f"gpu_operator_{name} {value}",
+            f"# HELP {prefix}_{name} {text}",
+            f"# TYPE {prefix}_{name} gauge",
+            f"{prefix}_{name} {value}",
         ]
     return lines
 
@@ -147,9 +149,13 @@ def _parse_address(address: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-async def serve(
-    *, address: str, metrics: OperatorMetrics, healthy: Callable[[], bool], ready: asyncio.Event
-) -> asyncio.Server:
+class Renders(Protocol):
+    """What ``/metrics`` serves: the GPU operator's metrics or the network operator's."""
+
+    def render(self) -> str: ...
+
+
+async def serve(*, address: str, metrics: Renders, healthy: Callable[[], bool], ready: asyncio.Event) -> asyncio.Server:
     """Start answering GET /healthz, /readyz and /metrics on ``address`` (``host:port``)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -24,6 +24,7 @@ AGENTS = frozenset(
         "mig-manager",
         "driver-manager",
         "driver",
+        "nvidia-peermem",
         "gpu-discovery",
         "mps-control-daemon",
     }

@@ -3,8 +3,10 @@
 Both APIs are first turned into one :class:`DriverConfig` (``driverconfig``), then rendered here:
 an init container ``k8s-driver-manager`` (``gpu-operator agent driver-manager``: evicts GPU pods and
 unloads an old driver), the driver container (``gpu-operator agent driver``), and sidecars for
-GPUDirect RDMA, GDS and GDRCopy when enabled. The update strategy is always ``OnDelete``: the upgrade
-controller decides when a node's driver pod is replaced.
+GPUDirect RDMA, GDS and GDRCopy when enabled. The RDMA one, ``nvidia-peermem-ctr``
+(``gpu-operator agent nvidia-peermem``), mounts ``/run/mellanox/drivers`` and loads nvidia-peermem once
+MOFED and the driver are ready; GDS and GDRCopy have no agent yet and are refused. The update
+strategy is always ``OnDelete``: the upgrade controller decides when a node's driver pod is replaced.
 
 Paths our driver agent reads: package repository files (``repoConfig``) and CA certificates
 (``certConfig``) at the OS's usual directories, licensing at ``/drivers/licensing``, kernel module
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_operator.api.components import Probe
+from gpu_operator.names.network import DRIVERS_DIR
 from gpu_operator.render.catalog import (
     DEFAULT_DRIVER_VERSION,
     DRIVER_MANAGER,
@@ -196,6 +199,8 @@ def driver_daemonset(
     containers = [main]
     peer_name, peer_agent = PEERMEM_SIDECAR
     if cfg.rdma and ctx.agent_available(peer_agent, part=f"{cfg.field}.rdma ({peer_name})"):
+        # It waits for MOFED's .driver-ready in the directory the OFED container shares (or, with
+        # useHostMofed, the host's mlx5_core) and the driver's .driver-ctr-ready, then loads the module.
         containers.append(
             container(
                 name=peer_name,
@@ -203,8 +208,9 @@ def driver_daemonset(
                 pull_policy=main["imagePullPolicy"],
                 command=["gpu-operator", "agent", peer_agent],
                 env_vars=[*agent_env(), *_flags(cfg)],
-                mounts=base_mounts,
+                mounts=[*base_mounts, _mellanox_mount(volumes)],
                 privileged=True,
+                probe=True,
             )
         )
     for key in ("gds", "gdrcopy"):
@@ -271,6 +277,11 @@ def _nvidia_daemonset(
     )
 
 
+def _mellanox_mount(volumes: Volumes) -> JSON:
+    """The directory the Network Operator's OFED container shares (its root and ``.driver-ready``)."""
+    return mount(volumes.host("mlnx-drivers", DRIVERS_DIR), DRIVERS_DIR, propagation="HostToContainer")
+
+
 def _manager_choice(ctx: RenderContext, cfg: DriverConfig) -> Choice:
     image = manager_image(cfg, image_env=ctx.settings.image_env, agent_image=ctx.settings.agent_image)
     forced = getattr(cfg.manager, "implementation", None)
@@ -285,13 +296,7 @@ def _manager(ctx: RenderContext, cfg: DriverConfig, volumes: Volumes, *, base_mo
     defaults = [*agent_env(), *(env(k, v) for k, v in MANAGER_DEFAULTS), *_flags(cfg)]
     mounts = list(base_mounts)
     if cfg.rdma:
-        mounts.append(
-            mount(
-                volumes.host("mlnx-drivers", "/run/mellanox/drivers"),
-                "/run/mellanox/drivers",
-                propagation="HostToContainer",
-            )
-        )
+        mounts.append(_mellanox_mount(volumes))
     return container(
         name=name,
         image=image,

@@ -70,6 +70,7 @@ class LeaderElection:
     monotonic: Callable[[], float] = time.monotonic
     renewed_at: float = 0.0  # monotonic time of the last successful write
     acquired: str = ""  # acquireTime, sent with every renewal (an apply that omits a field removes it)
+    lease_name: str = LEASE_NAME  # the network operator holds its own (upstream's ID)
 
     @property
     def held(self) -> bool:
@@ -104,7 +105,7 @@ class LeaderElection:
             await self.store.apply(self._body(now))
             self.renewed_at = self.monotonic()
             return True
-        lease = await self.store.get(LEASE_API, "Lease", LEASE_NAME, namespace=self.namespace)
+        lease = await self.store.get(LEASE_API, "Lease", self.lease_name, namespace=self.namespace)
         spec = (lease or {}).get("spec") or {}
         holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
         if lease and holder and holder != self.identity and renewed:
@@ -126,7 +127,7 @@ class LeaderElection:
             "acquireTime": self.acquired,
             "renewTime": _micro(now),
         }
-        metadata: dict[str, Any] = {"name": LEASE_NAME, "namespace": self.namespace}
+        metadata: dict[str, Any] = {"name": self.lease_name, "namespace": self.namespace}
         if self.owner_pod is not None:
             name, uid = self.owner_pod
             metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}]
@@ -136,7 +137,7 @@ class LeaderElection:
         """Give the Lease up on a clean stop, so a standby takes over at once rather than after 15 s."""
         if self.held:
             try:
-                await self.store.delete(LEASE_API, "Lease", LEASE_NAME, namespace=self.namespace)
+                await self.store.delete(LEASE_API, "Lease", self.lease_name, namespace=self.namespace)
             except Exception as error:  # stopping anyway; the Lease then simply expires
                 log.info("could not release the Lease (it expires by itself): %s", error)
             self.leading.clear()

@@ -7,8 +7,11 @@ registry), with the device-plugin and PodResources gRPC APIs served on each node
 (XID, lost GPU, kubelet restart, NotReady, agent crash) are injected from Python or ``gpu-operator sim
 fault``. One event loop in one process serves every node, so a thousand nodes fit on a laptop.
 
+Nodes may also carry Mellanox NICs (``nics``: models, OS/kernel pools) for the network operator, whose
+containers run stand-ins (``programs/netstandins``).
+
 Folders by job (the REST client over one connection pool is ``kube.restclient``): ``objects``,
-``shapes`` and ``hardware`` (the Node/Lease JSON, node specs, fake PCI trees); ``kubelet/`` (the
+``shapes``, ``nics`` and ``hardware`` (the Node/Lease JSON, node specs, NIC models, fake PCI trees); ``kubelet/`` (the
 simulated kubelet: ``heartbeat``, ``podspec``/``podstatus``/``volumes`` for reading pods and reporting
 their status, ``devices`` and ``gpuplugin`` for the device manager and the simulator's own GPU plugin,
 ``host``, ``runtime`` for one pod, ``node`` for one node, ``podwatch`` for the shared pod watch);

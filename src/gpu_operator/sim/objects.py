@@ -1,9 +1,10 @@
 """The Kubernetes objects a simulated node writes, as plain JSON (pure functions, no I/O).
 
-* :class:`NodeShape`: what a node looks like (GPU count, CPUs, memory, OS, kernel), made from a GPU catalog
-  profile by ``gpu_operator.sim.shapes``.
+* :class:`NodeShape`: what a node looks like (GPU count, Mellanox NICs, CPUs, memory, OS, kernel), made from a
+  GPU catalog profile (and a NIC request, ``gpu_operator.sim.nics``) by ``gpu_operator.sim.shapes``.
 * The Node a kubelet would register: NFD-style labels (``feature.node.kubernetes.io/...``: the NVIDIA PCI
-  vendor on GPU nodes, kernel version, OS release), capacity, conditions, addresses and nodeInfo. Nodes accept
+  vendor on GPU nodes, the Mellanox one on NIC nodes, kernel version, OS release), capacity, conditions,
+  addresses and nodeInfo. Nodes accept
   their whole status on create, so one POST registers a Ready node.
 * The node Lease (``kube-node-lease/<node>``, owned by the Node so it goes with it) and the status patches
   of the heartbeat.
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_operator.names.network import NIC_PRESENT
 from gpu_operator.names.objects import is_ready
 
 JSON = dict[str, Any]
@@ -27,6 +29,8 @@ NVIDIA_PCI_VENDOR = "10de"
 GPU_PCI_CLASS = "0302"
 SIM_LABEL = "gpu-operator.sim/node"
 PROFILE_LABEL = "gpu-operator.sim/profile"
+#: On simulated NIC nodes: the NIC model (``cx7``), so a test can select them without the NFD label.
+NIC_LABEL = "gpu-operator.sim/nic"
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40
 PODS_PER_NODE = 110
@@ -49,6 +53,9 @@ class NodeShape:
     kernel_version: str
     arch: str = "amd64"
     container_runtime: str = "containerd://1.7.27"
+    #: Mellanox NICs (``gpu_operator.sim.nics``): the model key and how many; "" and 0 without NICs.
+    nic_model: str = ""
+    nic_count: int = 0
 
     @property
     def os_image(self) -> str:
@@ -101,6 +108,10 @@ def node_labels(*, name: str, shape: NodeShape) -> dict[str, str]:
     if shape.gpu_count > 0:
         labels[f"{NFD}/pci-{NVIDIA_PCI_VENDOR}.present"] = "true"
         labels[f"{NFD}/pci-{GPU_PCI_CLASS}_{NVIDIA_PCI_VENDOR}.present"] = "true"
+    if shape.nic_count > 0:
+        # What the network operator chart's NodeFeatureRule makes NFD write (vendor 15b3, class 0200/0207).
+        labels[NIC_PRESENT] = "true"
+        labels[NIC_LABEL] = shape.nic_model
     return labels
 
 

@@ -5,8 +5,11 @@ driver label) and the Nodes (in the operator, all from its informers); the PodDi
 the pods on a node only while some node is between cordon and driver restart (never every pod of a
 large cluster), and validator pods only for nodes waiting on validation. The driver pods are split
 into partitions: the ClusterPolicy's DaemonSets, and one per NVIDIADriver (pod label
-``nvidia.com/gpu-operator.driver``), each planned with its own policy. The conversion functions
-(``pod_view``, ``driver_view``, ``node_view``) are pure and also serve the tests and the preview.
+``nvidia.com/gpu-operator.driver``), each planned with its own policy. Which pods are the driver's and
+which keys its nodes carry is the :class:`~gpu_operator.upgrade.drivers.DriverSource`'s business: the
+GPU driver by default, or the Network Operator's OFED driver (NicClusterPolicy and NicNodePolicy
+partitions). The conversion functions (``pod_view``, ``driver_view``, ``node_view``) are pure and also
+serve the tests and the preview.
 """
 
 from __future__ import annotations
@@ -20,21 +23,29 @@ from typing import Any
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.names import keys
 from gpu_operator.names.images import driver_version
+from gpu_operator.names.keys import UpgradeKeys
 from gpu_operator.names.objects import is_ready
 from gpu_operator.names.pods import pod_view
 from gpu_operator.names.selectors import from_label_selector
+from gpu_operator.upgrade import drivers
 from gpu_operator.upgrade import model as m
+from gpu_operator.upgrade.drivers import (
+    GPU_DRIVER_SELECTOR,
+    GPU_SOURCE,
+    GPU_VALIDATOR_SELECTOR,
+    DriverSource,
+)
 from gpu_operator.upgrade.model import Budget, DriverPodView, NodeView
 
-DRIVER_SELECTOR = {"app.kubernetes.io/component": "nvidia-driver"}
+CLUSTER_POLICY = drivers.CLUSTER_POLICY  # the partition key of the ClusterPolicy's driver
+DRIVER_SELECTOR = GPU_DRIVER_SELECTOR
 DRIVER_CR_LABEL = keys.DRIVER_CR
 OWNER_LABEL = keys.DRIVER_OWNER
-VALIDATOR_SELECTOR = {"app": "nvidia-operator-validator"}
+VALIDATOR_SELECTOR = GPU_VALIDATOR_SELECTOR
 GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 #: States whose planning needs the pods on the node (eviction, drain, jobs).
 PODS_NEEDED = frozenset({m.CORDON, m.WAIT_FOR_JOBS, m.POD_DELETION, m.DRAIN})
 VALIDATORS_NEEDED = frozenset({m.POD_RESTART, m.VALIDATION})
-CLUSTER_POLICY = ""  # the partition key of the ClusterPolicy's driver
 ALL = "*"  # every namespace (lightkube lists the default namespace when given none)
 
 
@@ -79,7 +90,9 @@ def _not_ready_restarts(status: JSON) -> tuple[int, str]:
     return restarts, reason
 
 
-def driver_view(pod: JSON, *, daemonset: JSON | None, newest_hash: str | None) -> DriverPodView:
+def driver_view(
+    pod: JSON, *, daemonset: JSON | None, newest_hash: str | None, version: Any = driver_version
+) -> DriverPodView:
     meta, status = pod["metadata"], pod.get("status") or {}
     restarts, reason = _not_ready_restarts(status)
     template = (daemonset or {}).get("spec", {}).get("template") or {}
@@ -96,8 +109,8 @@ def driver_view(pod: JSON, *, daemonset: JSON | None, newest_hash: str | None) -
         restarts=restarts,
         waiting_reason=reason,
         created=_seconds(meta.get("creationTimestamp")),
-        version=driver_version(pod),
-        target_version=driver_version(template),
+        version=version(pod),
+        target_version=version(template),
         digest=digest,
         startup_seconds=startup(status),
     )
@@ -109,6 +122,7 @@ def node_view(
     driver: DriverPodView | None,
     pods: Sequence[JSON] | None = None,
     validators: Sequence[JSON] | None = None,
+    keys: UpgradeKeys = m.GPU,
 ) -> NodeView:
     meta, status = node["metadata"], node.get("status") or {}
     return NodeView(
@@ -122,6 +136,7 @@ def node_view(
         validators=tuple(pod_view(v) for v in validators or ()),
         pods_known=pods is not None,
         validators_known=validators is not None,
+        keys=keys,
     )
 
 
@@ -145,34 +160,39 @@ class Cluster:
     budgets: tuple[Budget, ...] = ()
     node_pods: dict[str, list[JSON]] = field(default_factory=dict)
     node_validators: dict[str, list[JSON]] = field(default_factory=dict)
+    source: DriverSource = GPU_SOURCE
 
     def partition_of(self, node: str) -> str:
         if node in self.drivers:
             return self.drivers[node][0]
-        return str((self.nodes[node]["metadata"].get("labels") or {}).get(OWNER_LABEL, CLUSTER_POLICY))
+        return self.source.node_partition(self.nodes[node])
 
     def views(self, partition: str) -> tuple[NodeView, ...]:
         out = []
         for name, node in sorted(self.nodes.items()):
-            labelled = m.STATE_LABEL in (node["metadata"].get("labels") or {})
+            labelled = self.source.keys.state in (node["metadata"].get("labels") or {})
             if (name in self.drivers or labelled) and self.partition_of(name) == partition:
                 driver = self.drivers.get(name, ("", None))[1]
                 pods, validators = self.node_pods.get(name), self.node_validators.get(name)
-                out.append(node_view(node, driver=driver, pods=pods, validators=validators))
+                out.append(node_view(node, driver=driver, pods=pods, validators=validators, keys=self.source.keys))
         return tuple(out)
 
 
-async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -> Cluster:
-    """One pass's view; ``every_pod`` reads all pods at once (the preview needs every node's pods)."""
+async def read_cluster(
+    kube: Kube, *, namespace: str, every_pod: bool = False, source: DriverSource = GPU_SOURCE
+) -> Cluster:
+    """One pass's view of ``source``'s driver; ``every_pod`` reads all pods at once (the preview needs
+    every node's pods)."""
     # Independent reads go out together: a pass costs one round trip, not six, on a busy API server.
     sets, revisions, pods, node_list = await asyncio.gather(
-        kube.list_objects("apps/v1", "DaemonSet", namespace=namespace, labels=DRIVER_SELECTOR),
-        kube.list_objects("apps/v1", "ControllerRevision", namespace=namespace, labels=DRIVER_SELECTOR),
-        kube.list_objects("v1", "Pod", namespace=namespace, labels=DRIVER_SELECTOR),
+        kube.list_objects("apps/v1", "DaemonSet", namespace=namespace, labels=source.selector),
+        kube.list_objects("apps/v1", "ControllerRevision", namespace=namespace, labels=source.selector),
+        kube.list_objects("v1", "Pod", namespace=namespace, labels=source.selector),
         kube.list_objects("v1", "Node"),
     )
     nodes = {n["metadata"]["name"]: n for n in node_list}
-    states = {name: (node["metadata"].get("labels") or {}).get(m.STATE_LABEL, "") for name, node in nodes.items()}
+    label = source.keys.state
+    states = {name: (node["metadata"].get("labels") or {}).get(label, "") for name, node in nodes.items()}
     busy = sorted(name for name, state in states.items() if state in PODS_NEEDED)
     # Budgets matter only to evictions, so only a pass with a node about to evict reads them.
     pdbs = await kube.list_objects("policy/v1", "PodDisruptionBudget", namespace=ALL) if busy or every_pod else []
@@ -185,11 +205,11 @@ async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -
             continue  # not scheduled yet: nothing to upgrade there
         owner = _controller(pod)
         ds = by_uid.get(owner["uid"]) if owner and owner.get("kind") == "DaemonSet" else None
-        view = driver_view(pod, daemonset=ds, newest_hash=newest.get(ds["metadata"]["uid"]) if ds else None)
+        newest_hash = newest.get(ds["metadata"]["uid"]) if ds else None
+        view = driver_view(pod, daemonset=ds, newest_hash=newest_hash, version=source.version)
         previous = drivers.get(node)
         if previous is None or view.created >= previous[1].created:  # the newest pod of a node wins
-            partition = (pod["metadata"].get("labels") or {}).get(DRIVER_CR_LABEL, CLUSTER_POLICY)
-            drivers[node] = (partition, view)
+            drivers[node] = (source.pod_partition(pod, ds), view)
     budgets = tuple(
         Budget(
             namespace=b["metadata"].get("namespace", ""),
@@ -199,7 +219,8 @@ async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -
         )
         for b in pdbs
     )
-    cluster = Cluster(nodes=nodes, drivers=drivers, budgets=budgets)
+    cluster = Cluster(nodes=nodes, drivers=drivers, budgets=budgets, source=source)
+    validator = source.validators
     if every_pod:
         cluster.node_pods = {name: [] for name in nodes}
         cluster.node_validators = {name: [] for name in nodes}
@@ -208,8 +229,10 @@ async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -
             if node_name in cluster.node_pods:
                 cluster.node_pods[node_name].append(pod)
                 labels = pod["metadata"].get("labels") or {}
-                if pod["metadata"].get("namespace") == namespace and all(
-                    labels.get(k) == v for k, v in VALIDATOR_SELECTOR.items()
+                if (
+                    validator is not None
+                    and pod["metadata"].get("namespace") == namespace
+                    and all(labels.get(k) == v for k, v in validator.items())
                 ):
                     cluster.node_validators[node_name].append(pod)
         return cluster
@@ -218,9 +241,9 @@ async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -
     )
     cluster.node_pods.update(zip(busy, listed, strict=True))
     validating = [name for name, state in states.items() if state in VALIDATORS_NEEDED]
-    if validating:  # one list for all of them: the validator runs one pod per GPU node
+    if validating and validator is not None:  # one list for all of them: the validator runs one pod per GPU node
         cluster.node_validators = {name: [] for name in validating}
-        for pod in await kube.list_objects("v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR):
+        for pod in await kube.list_objects("v1", "Pod", namespace=namespace, labels=validator):
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name in cluster.node_validators:
                 cluster.node_validators[node_name].append(pod)
@@ -228,9 +251,10 @@ async def read_cluster(kube: Kube, *, namespace: str, every_pod: bool = False) -
 
 
 def partitions(cluster: Cluster) -> list[str]:
-    keys = {cluster.partition_of(n) for n in cluster.nodes if n in cluster.drivers}
-    keys |= {cluster.partition_of(n) for n, o in cluster.nodes.items() if m.STATE_LABEL in _labels(o)}
-    return sorted(keys)
+    label = cluster.source.keys.state
+    found = {cluster.partition_of(n) for n in cluster.nodes if n in cluster.drivers}
+    found |= {cluster.partition_of(n) for n, o in cluster.nodes.items() if label in _labels(o)}
+    return sorted(found)
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:

@@ -2,7 +2,10 @@
 
 Partitions are the ClusterPolicy's driver and each NVIDIADriver (``collect``), each planned with its
 own ``upgradePolicy`` (resolved by ``knobs_for``); both paths share :func:`plan` and
-:func:`execute`. The controller keeps nothing in memory between passes: a restarted operator
+:func:`execute`. With ``driver="ofed"`` the same pass upgrades the Network Operator's OFED driver:
+its partitions are the NicClusterPolicy and each NicNodePolicy (``upgrade.ofed``), its nodes carry
+``nvidia.com/ofed-driver-upgrade-*`` keys, and no status is written (upstream's NicClusterPolicy has
+no upgrade status). The controller keeps nothing in memory between passes: a restarted operator
 continues from the labels and annotations on the Nodes. ``upgrade_pass`` returns the counts per state
 (for status and metrics) and when to look again: soon while a node is between cordon and uncordon
 (pods leaving a node raise no event the operator watches), otherwise when something changes.
@@ -15,7 +18,7 @@ import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -24,11 +27,15 @@ from gpu_operator.api.clusterpolicy import ClusterPolicy, active_policy
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.api.nvidiadriver import NVIDIADriver
 from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.kube.typed import ApiError
+from gpu_operator.names import network
 from gpu_operator.names.selectors import SelectorError
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.collect import CLUSTER_POLICY, Cluster, partitions, read_cluster
+from gpu_operator.upgrade.drivers import GPU_DRIVER, source_for
 from gpu_operator.upgrade.execute import Applied, execute
 from gpu_operator.upgrade.model import Knobs, Snapshot, knobs_from
+from gpu_operator.upgrade.ofed import node_partition, policy_knobs
 from gpu_operator.upgrade.plan import Plan, plan
 from gpu_operator.upgrade.status import StatusOwner, summary, write_status
 
@@ -40,7 +47,7 @@ FAILED_REQUEUE = 30.0  # failed nodes are re-checked for recovery
 
 @dataclass(frozen=True, kw_only=True)
 class PartitionResult:
-    partition: str  # "" for the ClusterPolicy, else the NVIDIADriver's name
+    partition: str  # "" for the ClusterPolicy (NicClusterPolicy), else the NVIDIADriver's (NicNodePolicy's) name
     knobs: Knobs
     counts: Mapping[str, int]
     plan: Plan | None = None
@@ -96,22 +103,62 @@ def _owner(doc: JSON) -> StatusOwner:
 
 
 def snapshot_of(cluster: Cluster, *, partition: str, now: float) -> Snapshot:
-    return Snapshot(nodes=cluster.views(partition), budgets=cluster.budgets, now=now)
+    return Snapshot(nodes=cluster.views(partition), budgets=cluster.budgets, now=now, keys=cluster.source.keys)
+
+
+async def _listed(kube: Kube, kind: str) -> list[JSON]:
+    """The network kind's objects; none when its CRD is not installed (no Network Operator here)."""
+    try:
+        return await kube.list_objects(network.API_VERSION, kind)
+    except ApiError as error:
+        if error.status.code == 404:
+            return []
+        raise
+
+
+async def ofed_knobs_for(
+    kube: Kube, *, max_driver_restarts: int
+) -> tuple[dict[str, Knobs | str], Callable[[JSON], str]]:
+    """The OFED partitions' knobs, and the partition of a node whose OFED pod is gone (``upgrade.ofed``)."""
+    cluster_policies, node_policies = await asyncio.gather(
+        _listed(kube, network.NCP_KIND), _listed(kube, network.NNP_KIND)
+    )
+    settings = policy_knobs(
+        cluster_policies=cluster_policies, node_policies=node_policies, max_driver_restarts=max_driver_restarts
+    )
+    return settings, node_partition(node_policies)
 
 
 async def upgrade_pass(
-    kube: Kube, *, namespace: str, max_driver_restarts: int = m.MAX_DRIVER_RESTARTS, now: float | None = None
+    kube: Kube,
+    *,
+    namespace: str,
+    max_driver_restarts: int = m.MAX_DRIVER_RESTARTS,
+    now: float | None = None,
+    driver: str = GPU_DRIVER,
 ) -> UpgradeOutcome:
-    """One pass over every partition (see the module docstring)."""
-    (settings, owners), cluster, validator = await asyncio.gather(
-        knobs_for(kube, max_driver_restarts=max_driver_restarts),
-        read_cluster(kube, namespace=namespace),
-        kube.get("apps/v1", "DaemonSet", VALIDATOR_DAEMONSET, namespace=namespace),
-    )
-    validation = validator is not None
+    """One pass over every partition of ``driver`` ("gpu" or "ofed"; see the module docstring)."""
+    source = source_for(driver)
+    owners: dict[str, StatusOwner] = {}
+    settings: Mapping[str, Knobs | str]
+    if driver == GPU_DRIVER:
+        (settings, owners), cluster, validator = await asyncio.gather(
+            knobs_for(kube, max_driver_restarts=max_driver_restarts),
+            read_cluster(kube, namespace=namespace),
+            kube.get("apps/v1", "DaemonSet", VALIDATOR_DAEMONSET, namespace=namespace),
+        )
+        validation, listed = validator is not None, set(owners)
+    else:
+        (settings, owner_of), cluster = await asyncio.gather(
+            ofed_knobs_for(kube, max_driver_restarts=max_driver_restarts),
+            read_cluster(kube, namespace=namespace, source=source),
+        )
+        # A node between its old and new OFED pod follows the NicNodePolicy that selects it.
+        cluster.source = dataclasses.replace(source, node_partition=owner_of)
+        validation, listed = source.validators is not None, set(settings)
     moment = time.time() if now is None else now
     results = []
-    for partition in sorted(set(partitions(cluster)) | set(owners)):
+    for partition in sorted(set(partitions(cluster)) | listed):
         # A node whose NVIDIADriver is gone falls back to "upgrades off": its labels are cleaned up.
         knobs = settings.get(partition, Knobs(auto_upgrade=False))
         snapshot = snapshot_of(cluster, partition=partition, now=moment)

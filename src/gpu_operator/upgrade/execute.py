@@ -4,9 +4,9 @@ Per node, in an order that keeps every crash harmless: first one merge patch of 
 new state label, the annotations and the cordon together (so no state is ever recorded without its
 cordon, or the reverse); then evictions through the Eviction API (a PodDisruptionBudget answers 429
 and the pod stays until a later pass or the timeout); then the driver pod's deletion (its OnDelete
-DaemonSet recreates it from the new template); then one Event (reason ``GPUDriverUpgrade``) naming
-the transitions. Failures on one node are logged and reported; the next pass retries from the
-cluster's state.
+DaemonSet recreates it from the new template); then one Event naming the transitions (reason
+``GPUDriverUpgrade``, or ``OFEDDriverUpgrade`` for the Network Operator's driver: the plan's keys
+say). Failures on one node are logged and reported; the next pass retries from the cluster's state.
 """
 
 from __future__ import annotations
@@ -43,16 +43,14 @@ def node_patch(step: Step) -> dict[str, Any]:
     return node_patch_body(labels=step.labels, annotations=step.annotations, unschedulable=step.unschedulable)
 
 
-async def _event(kube: Kube, step: Step) -> None:
+async def _event(kube: Kube, step: Step, *, reason: str) -> None:
     path = " -> ".join([step.transitions[0][0] or "(none)", *(t[1] for t in step.transitions)])
     message = f"{path}: {step.transitions[-1][2]}"
     involved = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": step.node}}
-    await kube.event(
-        involved=involved, reason=EVENT_REASON, message=message, warning=step.failed, namespace=EVENT_NAMESPACE
-    )
+    await kube.event(involved=involved, reason=reason, message=message, warning=step.failed, namespace=EVENT_NAMESPACE)
 
 
-async def apply_step(kube: Kube, step: Step, applied: Applied) -> None:
+async def apply_step(kube: Kube, step: Step, applied: Applied, *, reason: str = EVENT_REASON) -> None:
     body = node_patch(step)
     if body:
         await kube.patch("v1", "Node", step.node, body)
@@ -72,19 +70,22 @@ async def apply_step(kube: Kube, step: Step, applied: Applied) -> None:
         namespace, name = key.split("/", 1)
         await kube.delete("v1", "Pod", name, namespace=namespace)
     if step.transitions:
-        await _event(kube, step)
+        await _event(kube, step, reason=reason)
 
 
-async def execute(kube: Kube, plan: Plan | Sequence[Step]) -> Applied:
+async def execute(kube: Kube, plan: Plan | Sequence[Step], *, reason: str | None = None) -> Applied:
+    """Apply every acting step; Events carry ``reason``, by default the plan's driver's (GPU for bare steps)."""
     applied = Applied()
     steps = plan.steps if isinstance(plan, Plan) else plan
+    if reason is None:
+        reason = plan.keys.event_reason if isinstance(plan, Plan) else EVENT_REASON
     # Nodes are independent: their steps run concurrently (each node's own effects stay in order).
     limit = asyncio.Semaphore(PARALLEL_NODES)
 
     async def one(step: Step) -> None:
         async with limit:
             try:
-                await apply_step(kube, step, applied)
+                await apply_step(kube, step, applied, reason=reason)
             except Exception as error:  # one node's failure (API, network) must not stop the others' steps
                 log.warning("driver upgrade of node %s: %s", step.node, error)
                 applied.errors.append(f"{step.node}: {error}")

@@ -4,8 +4,11 @@ Everything the pure planner (``plan``) reads is here as frozen data: a :class:`S
 that run a driver pod (their upgrade-state label, annotations, cordon, readiness, the driver pod and
 the other pods on the node) and the PodDisruptionBudgets, plus the resolved :class:`Knobs` of one
 ``upgradePolicy``. ``collect`` builds snapshots from the cluster; ``plan`` turns one into steps.
-The key names and state values are upstream's (k8s-operator-libs with driver name ``gpu``), so
-dashboards and runbooks that read them keep working.
+The key names and state values are upstream's (k8s-operator-libs), so dashboards and runbooks that
+read them keep working. One machine serves every driver: a snapshot carries the
+:class:`~gpu_operator.names.keys.UpgradeKeys` of the driver it is about (``gpu``, or the Network
+Operator's ``ofed``), and everything downstream reads the keys from it. The module constants below
+are the GPU driver's, for the callers that only ever deal with it.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_operator.names import keys
+from gpu_operator.names.keys import UpgradeKeys
 from gpu_operator.names.pods import PodView
 from gpu_operator.names.selectors import Selector, parse_selector
 
+GPU = keys.GPU_UPGRADE
 KEY_PREFIX = keys.UPGRADE_PREFIX  # every label and annotation below starts with it
 STATE_LABEL = f"{KEY_PREFIX}-state"
 SKIP_LABEL = keys.UPGRADE_SKIP
@@ -34,7 +39,7 @@ DRAIN_START = keys.UPGRADE_DRAIN_START
 # Ours: why a node is upgrade-failed, so `gpu-operator status` and the preview can say it.
 FAILURE_REASON = keys.UPGRADE_FAILURE
 TIMER_ANNOTATIONS = (WAIT_START, VALIDATION_START, DELETION_START, DRAIN_START)
-EVENT_REASON = "GPUDriverUpgrade"
+EVENT_REASON = GPU.event_reason  # "GPUDriverUpgrade"
 
 UNKNOWN = ""
 DONE = "upgrade-done"
@@ -54,6 +59,9 @@ STATES = (
 IDLE_STATES = frozenset({UNKNOWN, DONE, REQUIRED})
 #: States in which the controller holds the node cordoned (unless the administrator had cordoned it).
 CORDONED_STATES = frozenset({WAIT_FOR_JOBS, POD_DELETION, DRAIN, POD_RESTART, VALIDATION, UNCORDON})
+#: States in which a driver's upgrade holds the node cordoned until it lifts the cordon itself (one
+#: about to uncordon no longer holds it: two machines finishing together must not both leave it).
+HOLDING_STATES = (CORDONED_STATES - {UNCORDON}) | {FAILED}
 VALIDATION_TIMEOUT = 600.0  # upstream's fixed constant
 MAX_DRIVER_RESTARTS = 10  # a driver container restarted more often than this has failed
 
@@ -102,18 +110,37 @@ class NodeView:
     # The pods are read only for nodes that need them; a plan never evicts or restarts on an unread list.
     pods_known: bool = True
     validators_known: bool = True
+    keys: UpgradeKeys = GPU  # the keys of the driver this view is about
 
     @property
     def state(self) -> str:
-        return self.labels.get(STATE_LABEL, UNKNOWN)
+        return self.labels.get(self.keys.state, UNKNOWN)
 
     @property
     def skipped(self) -> bool:
-        return self.labels.get(SKIP_LABEL) == "true"
+        return self.labels.get(self.keys.skip) == "true"
 
     @property
     def cordoned_by_admin(self) -> bool:
-        return self.annotations.get(INITIAL_UNSCHEDULABLE) == "true"
+        return self.annotations.get(self.keys.initial_unschedulable) == "true"
+
+    @property
+    def held_by(self) -> str:
+        """Another driver whose upgrade holds this node cordoned now ("" for none). That cordon is
+        neither the administrator's (to keep after our upgrade) nor ours (to lift): the GPU and OFED
+        upgrades of one node each run their own machine, and the last one out uncordons."""
+        for driver in keys.UPGRADE_DRIVERS:
+            other = keys.upgrade_keys(driver)
+            if driver == self.keys.driver or self.labels.get(other.state) not in HOLDING_STATES:
+                continue
+            if self.annotations.get(other.initial_unschedulable) != "true":
+                return driver
+        return ""
+
+    @property
+    def waiting_for_safe_load(self) -> bool:
+        """The new driver container waits for us to drain the node before it loads (safe driver load)."""
+        return self.annotations.get(self.keys.safe_load) == "true"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +163,13 @@ class Snapshot:
     nodes: tuple[NodeView, ...]
     budgets: tuple[Budget, ...] = ()
     now: float = 0.0
+    keys: UpgradeKeys = GPU  # the driver being upgraded; every node view reads the same keys
+
+    def __post_init__(self) -> None:
+        # One snapshot, one driver: a GPU view planned with OFED keys would write the wrong labels.
+        stray = next((n.name for n in self.nodes if n.keys != self.keys), None)
+        if stray is not None:
+            raise ValueError(f"node {stray} is viewed with another driver's upgrade keys than {self.keys.driver}")
 
     def by_state(self) -> dict[str, list[NodeView]]:
         groups: dict[str, list[NodeView]] = {state: [] for state in STATES}
@@ -161,6 +195,8 @@ class Knobs:
     drain_selector: Selector | None = None
     drain_timeout: float = 300.0
     drain_empty_dir: bool = False
+    # Upstream's pod-deletion step (GPU pods only); the OFED driver has none: jobs, then drain.
+    pod_deletion: bool = True
     validation: bool = True
     validation_timeout: float = VALIDATION_TIMEOUT
     max_driver_restarts: int = MAX_DRIVER_RESTARTS

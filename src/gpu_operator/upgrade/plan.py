@@ -7,7 +7,9 @@ returns a :class:`Step`: the node's new label, annotations and cordon (one atomi
 pods to evict and the driver pod to delete. Slots (maxParallelUpgrades, maxUnavailable) are computed
 once from the snapshot, as upstream does. The executor (``execute``) applies steps; the controller
 runs the live loop; the preview (``preview``) runs this same function over a virtual cluster, so a
-preview and the rollout it announces cannot disagree.
+preview and the rollout it announces cannot disagree. Which driver's labels it reads and writes is the
+snapshot's business (``Snapshot.keys``): the GPU driver and the Network Operator's OFED driver share
+this one machine.
 
 Crash safety comes from the shapes here: the node patch carries label, annotations and cordon together,
 the administrator's cordon is recorded before the controller ever cordons, and every disruptive step
@@ -19,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpu_operator.names.keys import UpgradeKeys
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import Knobs, NodeView, Snapshot
-from gpu_operator.upgrade.steps import Step, Work, node_pods_to_drain, pods_to_delete
+from gpu_operator.upgrade.steps import Step, Work, node_pods_to_drain, pods_to_delete, timers
 
 #: No node walks more states than this in one pass (a guard: the machine has no cycles within a pass).
 MAX_CHAIN = len(m.STATES)
@@ -33,6 +36,7 @@ class Plan:
     slots: int  # how many idle nodes this pass could start
     started: tuple[str, ...]  # nodes that left upgrade-required in this pass
     blocked: Mapping[str, str]  # idle nodes that need an upgrade but did not start: why
+    keys: UpgradeKeys = m.GPU  # the driver the steps are about (their Events' reason)
 
     def step(self, node: str) -> Step | None:
         return next((s for s in self.steps if s.node == node), None)
@@ -42,7 +46,8 @@ def needs_upgrade(node: NodeView) -> bool:
     driver = node.driver
     if driver is None:
         return False
-    return not driver.in_sync or driver.orphan or node.annotations.get(m.REQUESTED) == "true"
+    requested = node.annotations.get(node.keys.requested) == "true"
+    return not driver.in_sync or driver.orphan or requested or node.waiting_for_safe_load
 
 
 def available_slots(snapshot: Snapshot, knobs: Knobs) -> int:
@@ -63,7 +68,7 @@ def plan(snapshot: Snapshot, knobs: Knobs) -> Plan:
     """Every node's step for one pass (see the module docstring)."""
     if not knobs.auto_upgrade:
         off = tuple(s for s in (_switched_off(n) for n in snapshot.nodes) if s is not None)
-        return Plan(steps=off, slots=0, started=(), blocked={})
+        return Plan(steps=off, slots=0, started=(), blocked={}, keys=snapshot.keys)
     slots = available_slots(snapshot, knobs)
     left = [slots]
     steps: list[Step] = []
@@ -75,7 +80,7 @@ def plan(snapshot: Snapshot, knobs: Knobs) -> Plan:
                 continue  # no driver pod here: nothing to upgrade
             work = Work(node=node, snapshot=snapshot, knobs=knobs)
             # Tells the node's driver manager that eviction and drain are ours (it skips its own).
-            work.annotate(m.UPGRADE_ENABLED, "true")
+            work.annotate(work.keys.enabled, "true")
             _walk(work, slots_left=left)
             step = work.result()
             if state == m.REQUIRED and step.after not in (m.REQUIRED, m.DONE):
@@ -84,19 +89,21 @@ def plan(snapshot: Snapshot, knobs: Knobs) -> Plan:
                 blocked[node.name] = step.waiting
             if step.acts or step.waiting:
                 steps.append(step)
-    return Plan(steps=tuple(steps), slots=slots, started=tuple(started), blocked=blocked)
+    return Plan(steps=tuple(steps), slots=slots, started=tuple(started), blocked=blocked, keys=snapshot.keys)
 
 
 def _switched_off(node: NodeView) -> Step | None:
     """Auto-upgrade off (or sandbox workloads): drop our bookkeeping, and our cordon if we put it there."""
-    work = Work(node=node, snapshot=Snapshot(nodes=()), knobs=Knobs())
+    k = node.keys
+    work = Work(node=node, snapshot=Snapshot(nodes=(), keys=k), knobs=Knobs())
     if node.state:
-        work.labels[m.STATE_LABEL] = None
-    for key in (*m.TIMER_ANNOTATIONS, m.FAILURE_REASON, m.INITIAL_UNSCHEDULABLE, m.UPGRADE_ENABLED):
+        work.labels[k.state] = None
+    # A driver container waiting for a safe load would wait forever: nobody drains for it any more.
+    for key in (*timers(k), k.failure, k.initial_unschedulable, k.enabled, k.safe_load):
         if key in node.annotations:
             work.annotations[key] = None
     ours = node.state in m.CORDONED_STATES or node.state == m.FAILED
-    if ours and node.unschedulable and not node.cordoned_by_admin:
+    if ours and node.unschedulable and not node.cordoned_by_admin and not node.held_by:
         work.unschedulable = False
     step = work.result()
     return step if step.acts else None
@@ -118,7 +125,9 @@ def _idle(work: Work, _slots: list[int]) -> bool:
         if driver.version and driver.target_version and driver.version != driver.target_version:
             why = f"driver {driver.version} -> {driver.target_version}"
         # Before the controller ever cordons: remember whether someone else did.
-        work.annotate(m.INITIAL_UNSCHEDULABLE, "true" if node.unschedulable else None)
+        if driver.in_sync and not driver.orphan and node.waiting_for_safe_load:
+            why = "the new driver waits for the node to be drained (safe load)"
+        work.annotate(work.keys.initial_unschedulable, _initially_cordoned(node))
         work.move(m.REQUIRED, why)
     elif work.state != m.DONE:
         work.move(m.DONE, "driver pod is up to date")
@@ -130,19 +139,22 @@ def _required(work: Work, slots: list[int]) -> bool:
     if not needs_upgrade(node):
         work.finish("driver pod is up to date again")
         return False
-    work.annotate(m.INITIAL_UNSCHEDULABLE, "true" if node.unschedulable else None)
+    k = work.keys
+    work.annotate(k.initial_unschedulable, _initially_cordoned(node))
     if node.skipped:
-        work.wait(f"skipped: node label {m.SKIP_LABEL}=true")
+        work.wait(f"skipped: node label {k.skip}=true")
         return False
     if slots[0] > 0:
         slots[0] -= 1
     elif not node.unschedulable:
         work.wait("waiting for an upgrade slot (maxParallelUpgrades / maxUnavailable)")
         return False
-    work.annotate(m.REQUESTED, None)
+    work.annotate(k.requested, None)
     driver = node.driver
     assert driver is not None
-    if driver.running and driver.same_config and not driver.orphan and not node.annotations.get(m.REQUESTED):
+    restart_only = driver.running and driver.same_config and not driver.orphan
+    # A driver waiting for a safe load wants the node drained first: no shortcut.
+    if restart_only and not node.annotations.get(k.requested) and not node.waiting_for_safe_load:
         work.cordon()
         work.move(m.POD_RESTART, "same driver config: restart the driver pod only")
         return True
@@ -150,9 +162,14 @@ def _required(work: Work, slots: list[int]) -> bool:
     return True
 
 
+def _initially_cordoned(node: NodeView) -> str | None:
+    """The initial-unschedulable annotation: "true" when someone other than an upgrade cordoned the node."""
+    return "true" if node.unschedulable and not node.held_by else None
+
+
 def _cordon(work: Work, _slots: list[int]) -> bool:
     work.cordon()
-    work.move(m.WAIT_FOR_JOBS, "node cordoned", timer=m.WAIT_START)
+    work.move(m.WAIT_FOR_JOBS, "node cordoned", timer=work.keys.wait_start)
     return True
 
 
@@ -170,12 +187,18 @@ def _wait_for_jobs(work: Work, _slots: list[int]) -> bool:
     if selector is not None:
         jobs = [p for p in work.node.pods if p.active and selector.matches(p.labels)]
         if jobs:
-            if not work.timed_out(m.WAIT_START, work.knobs.wait_timeout):
+            if not work.timed_out(work.keys.wait_start, work.knobs.wait_timeout):
                 work.wait(f"waiting for {len(jobs)} pod(s) to complete: {', '.join(p.key for p in jobs[:5])}")
                 return False
-            work.move(m.POD_DELETION, "timed out waiting for jobs to complete", timer=m.DELETION_START)
-            return True
-    work.move(m.POD_DELETION, "no jobs to wait for", timer=m.DELETION_START)
+            return _after_jobs(work, "timed out waiting for jobs to complete")
+    return _after_jobs(work, "no jobs to wait for")
+
+
+def _after_jobs(work: Work, why: str) -> bool:
+    if work.knobs.pod_deletion:
+        work.move(m.POD_DELETION, why, timer=work.keys.deletion_start)
+    else:  # upstream without pod deletion (the OFED driver): straight to drain, which may be off
+        work.move(m.DRAIN, why, timer=work.keys.drain_start if work.knobs.drain_enable else None)
     return True
 
 
@@ -188,7 +211,7 @@ def _pod_deletion(work: Work, _slots: list[int]) -> bool:
     if not pods:
         work.move(m.POD_RESTART, "no GPU pods left on the node")
         return True
-    if work.timed_out(m.DELETION_START, work.knobs.deletion_timeout):
+    if work.timed_out(work.keys.deletion_start, work.knobs.deletion_timeout):
         return _deletion_failed(work, f"GPU pods still on the node after the timeout: {work.describe(pods)}")
     work.evict_pods(pods)
     work.wait(f"waiting for {len(pods)} GPU pod(s) to go: {work.describe(pods)}")
@@ -197,7 +220,7 @@ def _pod_deletion(work: Work, _slots: list[int]) -> bool:
 
 def _deletion_failed(work: Work, why: str) -> bool:
     if work.knobs.drain_enable:
-        work.move(m.DRAIN, f"{why}; draining instead", timer=m.DRAIN_START)
+        work.move(m.DRAIN, f"{why}; draining instead", timer=work.keys.drain_start)
         return True
     work.fail(why)
     return False
@@ -216,7 +239,7 @@ def _drain(work: Work, _slots: list[int]) -> bool:
     if not pods:
         work.move(m.POD_RESTART, "node drained")
         return True
-    if work.timed_out(m.DRAIN_START, work.knobs.drain_timeout):
+    if work.timed_out(work.keys.drain_start, work.knobs.drain_timeout):
         work.fail(f"drain timed out: {work.describe(pods)}")
         return False
     work.evict_pods(pods)
@@ -236,9 +259,12 @@ def _pod_restart(work: Work, _slots: list[int]) -> bool:
     if driver.terminating or not driver.in_sync:
         work.wait(f"waiting for the old driver pod {driver.name} to terminate")
         return False
+    if work.node.waiting_for_safe_load:
+        # The new driver container waits for this before loading: the node is ready for it now.
+        work.annotate(work.keys.safe_load, None)
     if driver.running and driver.ready:
         if work.knobs.validation:
-            work.move(m.VALIDATION, f"driver pod {driver.name} is ready", timer=m.VALIDATION_START)
+            work.move(m.VALIDATION, f"driver pod {driver.name} is ready", timer=work.keys.validation_start)
         else:
             work.leave_maintenance(f"driver pod {driver.name} is ready")
         return True
@@ -252,6 +278,11 @@ def _pod_restart(work: Work, _slots: list[int]) -> bool:
 
 
 def _validation(work: Work, _slots: list[int]) -> bool:
+    if not work.knobs.validation:
+        # No validator (the OFED driver has none): as upstream with no validation selector, the
+        # ready driver pod that brought the node here is all there is to check.
+        work.leave_maintenance("no validator to wait for")
+        return True
     if not work.node.validators_known:
         work.wait("reading the validator pods on the node")
         return False
@@ -265,7 +296,7 @@ def _validation(work: Work, _slots: list[int]) -> bool:
     if fresh and all(v.phase == "Running" and v.ready for v in fresh):
         work.leave_maintenance("validation passed")
         return True
-    if work.timed_out(m.VALIDATION_START, work.knobs.validation_timeout):
+    if work.timed_out(work.keys.validation_start, work.knobs.validation_timeout):
         work.fail(f"validation did not pass within {work.knobs.validation_timeout:g} s")
         return False
     work.wait("waiting for the operator validator to pass on the new driver")
@@ -273,6 +304,10 @@ def _validation(work: Work, _slots: list[int]) -> bool:
 
 
 def _uncordon(work: Work, _slots: list[int]) -> bool:
+    if work.node.held_by:
+        # The other driver's upgrade still needs the node cordoned: it uncordons when it is done.
+        work.finish(f"the node stays cordoned for the {work.node.held_by} driver's upgrade")
+        return False
     if not work.node.cordoned_by_admin:
         work.unschedulable = False
     work.finish("node uncordoned")
@@ -282,10 +317,10 @@ def _uncordon(work: Work, _slots: list[int]) -> bool:
 def _failed(work: Work, _slots: list[int]) -> bool:
     driver = work.node.driver
     if driver is not None and driver.in_sync and not driver.orphan and driver.running and driver.ready:
-        work.annotate(m.FAILURE_REASON, None)
+        work.annotate(work.keys.failure, None)
         work.leave_maintenance(f"driver pod {driver.name} is ready again: recovered")
         return True
-    work.wait(work.node.annotations.get(m.FAILURE_REASON, "upgrade failed"))
+    work.wait(work.node.annotations.get(work.keys.failure, "upgrade failed"))
     return False
 
 

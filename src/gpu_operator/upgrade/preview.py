@@ -124,11 +124,12 @@ class _Virtual:
 
     def next_moment(self, now: float, knobs: Knobs) -> float | None:
         moments = [t for t in (*self.ready_at.values(), *self.validated_at.values()) if t > now]
+        k = self.snapshot.keys
         timers = {
-            m.WAIT_FOR_JOBS: (m.WAIT_START, knobs.wait_timeout),
-            m.POD_DELETION: (m.DELETION_START, knobs.deletion_timeout),
-            m.DRAIN: (m.DRAIN_START, knobs.drain_timeout),
-            m.VALIDATION: (m.VALIDATION_START, knobs.validation_timeout),
+            m.WAIT_FOR_JOBS: (k.wait_start, knobs.wait_timeout),
+            m.POD_DELETION: (k.deletion_start, knobs.deletion_timeout),
+            m.DRAIN: (k.drain_start, knobs.drain_timeout),
+            m.VALIDATION: (k.validation_start, knobs.validation_timeout),
         }
         for node in self.nodes.values():
             key, timeout = timers.get(node.state, ("", 0.0))

@@ -6,7 +6,9 @@ the API server as a server-side-apply **dry run**: the server answers with the o
 defaults included, so comparing its pod template with the live one says precisely whether a new
 revision (and so an upgrade of every pod) would follow. Nothing is written. The result is the
 snapshot and knobs the pure preview runs on, plus notes about what the preview cannot roll (a
-DaemonSet that would be replaced under a new name deletes its pods at once).
+DaemonSet that would be replaced under a new name deletes its pods at once). The OFED driver's
+counterpart (a proposed NicClusterPolicy or NicNodePolicy) is ``upgrade.ofed_proposal``; both share the
+dry run and the measurements here.
 """
 
 from __future__ import annotations
@@ -67,19 +69,28 @@ async def _proposed_templates(
             labels = (obj["spec"]["template"].get("metadata") or {}).get("labels") or {}
             if not all(labels.get(k) == v for k, v in DRIVER_SELECTOR.items()):
                 continue
-            body = with_owner(obj, owner=owner) if "uid" in owner["metadata"] else obj
-            try:
-                stored = await kube.client.apply(
-                    codecs.from_dict(body), field_manager=kube.field_manager, force=True, dry_run=True
-                )
-            except ApiError as error:
-                notes.append(f"DaemonSet {obj['metadata']['name']}: the API server refused it: {error.status.message}")
-                continue
-            out[obj["metadata"]["name"]] = strip(stored)["spec"]["template"]
+            template = await dry_run_template(kube, obj, owner=owner, notes=notes)
+            if template is not None:
+                out[obj["metadata"]["name"]] = template
     return out
 
 
-def _propose(driver: DriverPodView, *, live: JSON, proposed: JSON) -> DriverPodView:
+async def dry_run_template(kube: Kube, obj: JSON, *, owner: JSON, notes: list[str]) -> JSON | None:
+    """The pod template the API server would store for DaemonSet ``obj`` (a server-side-apply dry run);
+    None, with a note, when the server refuses it."""
+    body = with_owner(obj, owner=owner) if "uid" in owner["metadata"] else obj
+    try:
+        stored = await kube.client.apply(codecs.from_dict(body), field_manager=kube.field_manager, force=True,
+                                         dry_run=True)  # fmt: skip
+    except ApiError as error:
+        notes.append(f"DaemonSet {obj['metadata']['name']}: the API server refused it: {error.status.message}")
+        return None
+    template: JSON = strip(stored)["spec"]["template"]
+    return template
+
+
+def propose(driver: DriverPodView, *, live: JSON, proposed: JSON, version: Any = driver_version) -> DriverPodView:
+    """The driver pod as it would be under the ``proposed`` template: out of date when it differs from ``live``."""
     if live == proposed:
         return driver
     digest = template_env(proposed, "DRIVER_CONFIG_DIGEST")
@@ -88,7 +99,7 @@ def _propose(driver: DriverPodView, *, live: JSON, proposed: JSON) -> DriverPodV
         driver,
         in_sync=False,
         same_config=same,
-        target_version=driver_version(proposed) or driver.version,
+        target_version=version(proposed) or driver.version,
     )
 
 
@@ -97,7 +108,8 @@ def _validation_seconds(cluster: Cluster) -> float:
     return statistics.median(measured) if measured else 0.0
 
 
-def _install_seconds(cluster: Cluster) -> tuple[float, bool]:
+def install_seconds(cluster: Cluster) -> tuple[float, bool]:
+    """The median time from a driver pod's start to Ready on the cluster (measured), or the default."""
     measured = [d.startup_seconds for _, d in cluster.drivers.values() if d.startup_seconds is not None]
     return (statistics.median(measured), True) if measured else (DEFAULT_INSTALL_SECONDS, False)
 
@@ -106,7 +118,7 @@ async def build_proposal(kube: Kube, *, namespace: str, policy_doc: dict[str, An
     """The live cluster's ClusterPolicy partition, as it would be under ``policy_doc`` (None: as it is)."""
     cluster = await read_cluster(kube, namespace=namespace, every_pod=True)
     notes: list[str] = []
-    install, measured = _install_seconds(cluster)
+    install, measured = install_seconds(cluster)
     validation = _validation_seconds(cluster)
     if policy_doc is None:
         knobs = (await knobs_for(kube, max_driver_restarts=10))[0].get(CLUSTER_POLICY, Knobs())
@@ -134,7 +146,7 @@ async def build_proposal(kube: Kube, *, namespace: str, policy_doc: dict[str, An
         if partition != CLUSTER_POLICY or driver.daemonset not in templates:
             continue
         live = live_sets[driver.daemonset]["spec"]["template"]
-        cluster.drivers[node] = (partition, _propose(driver, live=live, proposed=templates[driver.daemonset]))
+        cluster.drivers[node] = (partition, propose(driver, live=live, proposed=templates[driver.daemonset]))
     snapshot = snapshot_of(cluster, partition=CLUSTER_POLICY, now=0.0)
     for view in snapshot.nodes:
         if view.driver and view.driver.waiting_reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):

@@ -4,8 +4,10 @@
 label moves, timers (start-time annotations, so timeouts survive restarts), the cordon, pods to evict
 and the driver pod to delete. The pod rules are ``kubectl drain``'s: DaemonSet and mirror pods stay;
 pods without a controller go only with ``force``; pods with emptyDir data only with
-``deleteEmptyDir``; pods labelled ``nvidia.com/gpu-driver-upgrade-drain.skip=true`` are never drained.
-Pod deletion takes the GPU pods only (``nvidia.com/gpu*`` or ``nvidia.com/mig-*`` requests).
+``deleteEmptyDir``; pods labelled ``nvidia.com/<driver>-driver-upgrade-drain.skip=true`` are never
+drained (the Network Operator labels its own pod so, for ``ofed``). Pod deletion takes the GPU pods only
+(``nvidia.com/gpu*`` or ``nvidia.com/mig-*`` requests). Every key comes from the node view's
+:class:`~gpu_operator.names.keys.UpgradeKeys`: the driver being upgraded.
 """
 
 from __future__ import annotations
@@ -13,12 +15,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpu_operator.names.keys import UpgradeKeys
 from gpu_operator.names.pods import PodView, drain_candidates, gpu_pods, refusal
-from gpu_operator.upgrade import model as m
-from gpu_operator.upgrade.model import Knobs, NodeView, Snapshot
+from gpu_operator.upgrade.model import DONE, FAILED, UNCORDON, Knobs, NodeView, Snapshot
 
-#: Annotations that describe one upgrade; all go when the node reaches upgrade-done.
-_BOOKKEEPING = (*m.TIMER_ANNOTATIONS, m.FAILURE_REASON, m.INITIAL_UNSCHEDULABLE, m.REQUESTED)
+
+def timers(keys: UpgradeKeys) -> tuple[str, ...]:
+    """The start-time annotations of one upgrade's timed states."""
+    return (keys.wait_start, keys.validation_start, keys.deletion_start, keys.drain_start)
+
+
+def bookkeeping(keys: UpgradeKeys) -> tuple[str, ...]:
+    """Annotations that describe one upgrade; all go when the node reaches upgrade-done."""
+    return (*timers(keys), keys.failure, keys.initial_unschedulable, keys.requested)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +75,10 @@ class Work:
     def __post_init__(self) -> None:
         self.state = self.node.state
 
+    @property
+    def keys(self) -> UpgradeKeys:
+        return self.node.keys
+
     def annotation(self, key: str) -> str | None:
         return self.annotations[key] if key in self.annotations else self.node.annotations.get(key)
 
@@ -80,16 +93,16 @@ class Work:
         self.transitions.append((self.state, state, why))
         self.state = state
         if self.node.state == state:
-            self.labels.pop(m.STATE_LABEL, None)
+            self.labels.pop(self.keys.state, None)
         else:
-            self.labels[m.STATE_LABEL] = state
+            self.labels[self.keys.state] = state
         if timer is not None:
             self.annotate(timer, str(int(self.snapshot.now)))
 
     def finish(self, why: str) -> None:
         """upgrade-done: the bookkeeping of this upgrade goes."""
-        self.move(m.DONE, why)
-        for key in _BOOKKEEPING:
+        self.move(DONE, why)
+        for key in bookkeeping(self.keys):
             self.annotate(key, None)
 
     def leave_maintenance(self, why: str) -> None:
@@ -97,11 +110,11 @@ class Work:
         if self.node.cordoned_by_admin:
             self.finish(f"{why}; the node stays cordoned as the administrator left it")
         else:
-            self.move(m.UNCORDON, why)
+            self.move(UNCORDON, why)
 
     def fail(self, why: str) -> None:
-        self.move(m.FAILED, why)
-        self.annotate(m.FAILURE_REASON, why[:250])
+        self.move(FAILED, why)
+        self.annotate(self.keys.failure, why[:250])
         self.waiting, self.failed = why, True
 
     def wait(self, why: str) -> None:
@@ -174,7 +187,8 @@ def pods_to_delete(node: NodeView, knobs: Knobs) -> tuple[list[PodView], list[st
 def node_pods_to_drain(node: NodeView, knobs: Knobs) -> tuple[list[PodView], list[str]]:
     """Pods a drain must evict (terminating ones included), and refusals."""
     selector = knobs.drain_selector
-    chosen = drain_candidates(node.pods, matches=selector.matches if selector is not None else None)
+    matches = selector.matches if selector is not None else None
+    chosen = drain_candidates(node.pods, matches=matches, skip_label=node.keys.drain_skip)
     refused = [
         r
         for p in chosen

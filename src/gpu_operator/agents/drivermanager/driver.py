@@ -3,8 +3,9 @@
 Start: PID file, ``.driver-daemons-status=NotReady``; when the modules are loaded and
 ``/run/nvidia/nvidia-driver.state`` holds this ``DRIVER_CONFIG_DIGEST`` (and no ``FORCE_REINSTALL``),
 only the user-space side is set up again (the restart-only fast path); otherwise install for the
-running kernel and load ``nvidia``, ``nvidia-uvm``, ``nvidia-modeset`` (+ ``nvidia-peermem`` with
-GPUDirect RDMA). Then the root is exposed at ``/run/nvidia/driver``, the digest written,
+running kernel and load ``nvidia``, ``nvidia-uvm``, ``nvidia-modeset``. ``nvidia-peermem`` (GPUDirect RDMA)
+is not loaded here: it needs the Mellanox stack, so the ``nvidia-peermem-ctr`` side-car (``peermem``)
+loads it once MOFED is ready. Then the root is exposed at ``/run/nvidia/driver``, the digest written,
 ``.driver-daemons-status=Ready`` and, as the startup probe would, ``.driver-ctr-ready`` written atomically
 with the feature flags the validator reads. On stop (preStop + SIGTERM): both hidden files removed,
 and with ``UNLOAD_ON_EXIT`` (default true) the modules unloaded and the root released.
@@ -86,8 +87,7 @@ class Driver:
             try:
                 unload_all(self.host)  # an old driver must go before the new one loads
                 self.host.install(version=self.version, kernel=self.kernel)
-                modules = [*LOAD_ORDER, *(["nvidia-peermem"] if _flag(self.env, "GPU_DIRECT_RDMA_ENABLED") else [])]
-                for module in modules:
+                for module in LOAD_ORDER:
                     self.host.load(module)
             except ModuleError as error:
                 raise DriverError(str(error)) from error

@@ -89,11 +89,21 @@ def _run(command: Sequence[str], *, timeout: float = 600) -> None:
 class HostDriver:
     """DriverHost on a real node (in the privileged driver container)."""
 
-    def __init__(self, *, sys_root: Path, host_root: Path, runfile_dir: Path, module_type: str = "open") -> None:
+    def __init__(
+        self,
+        *,
+        sys_root: Path,
+        host_root: Path,
+        runfile_dir: Path,
+        module_type: str = "open",
+        modprobe_root: Path | None = None,
+    ) -> None:
         self.sys_root = sys_root
         self.host_root = host_root
         self.runfile_dir = runfile_dir
         self.module_type = module_type
+        # A side-car's own root has no NVIDIA modules: it loads them from the driver's root (chroot).
+        self.modprobe_root = modprobe_root
 
     def loaded(self) -> list[str]:
         return [m for m in UNLOAD_ORDER if (self.sys_root / "module" / m / "refcnt").exists()]
@@ -116,7 +126,8 @@ class HostDriver:
               "--skip-module-load", "--no-drm", "--no-nvidia-modprobe"], timeout=1800)  # fmt: skip
 
     def load(self, module: str) -> None:
-        _run(["modprobe", module], timeout=300)
+        chroot = ["chroot", str(self.modprobe_root)] if self.modprobe_root is not None else []
+        _run([*chroot, "modprobe", module], timeout=300)
 
     def host_driver_version(self) -> str | None:
         if shutil.which("chroot") is None:

@@ -43,8 +43,9 @@ class DriverManagerError(Exception):
     """The driver manager could not make the node ready; the message is the reason it reports."""
 
 
-def driver_host(ctx: AgentContext) -> DriverHost:
-    """The simulated driver host when the GPU backend can load and unload itself, else the real one."""
+def driver_host(ctx: AgentContext, *, modprobe_root: str | None = None) -> DriverHost:
+    """The simulated driver host when the GPU backend can load and unload itself, else the real one
+    (loading modules from ``modprobe_root``, a container path, when given: the driver's exposed root)."""
     if isinstance(ctx.gpu, LoadableBackend):
         return SimulatedDriver(
             host_root=ctx.host_path("/"),
@@ -59,6 +60,7 @@ def driver_host(ctx: AgentContext) -> DriverHost:
         host_root=ctx.host_path("/"),
         runfile_dir=ctx.path(ctx.env.get("DRIVER_RUNFILE_DIR", "/drivers")),
         module_type=ctx.env.get("KERNEL_MODULE_TYPE", "open") or "open",
+        modprobe_root=ctx.path(modprobe_root) if modprobe_root else None,
     )
 
 

@@ -5,7 +5,8 @@ GPU faults delegate to the node's simulated backend (which queues the health eve
 ``wait_health_events``); the others act on the simulated kubelet: a kubelet restart (sockets removed,
 Registration served anew, plugins must re-register), NotReady (Ready=False, or heartbeats stopped so the
 node-lifecycle controller marks it unreachable), and a crash of a running program (restart count + 1, then
-restarted per the restart policy).
+restarted per the restart policy). Driver faults are files in the node's host root that the driver's
+program reads when it starts: a failing GPU driver install, a failing or hanging OFED driver load.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from gpu_operator.agents.drivermanager.modules import FAIL_INSTALL_MARKER
 from gpu_operator.gpu.backend import GpuError
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.sim.kubelet.node import SimNode
+from gpu_operator.sim.programs.netstandins import FAULT_FILE, FAULT_MODES
 
 
 class FaultError(RuntimeError):
@@ -67,6 +69,26 @@ async def fail_driver_install(node: SimNode, *, version: str = "", fail: bool = 
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(version + "\n", encoding="utf-8")
     return f"{node.name}: installing driver {version or 'of any version'} fails"
+
+
+OFED_CLEAR = "clear"
+
+
+async def ofed_fault(node: SimNode, *, mode: str, image_contains: str = "") -> str:
+    """Make the node's next OFED driver loads ``fail`` or ``hang`` (only for images containing ``image_contains``,
+    when given), or ``clear`` the fault; a running OFED container is not affected (restart or crash it)."""
+    marker = node.host_root / FAULT_FILE.lstrip("/")
+    if mode == OFED_CLEAR:
+        marker.unlink(missing_ok=True)
+        return f"{node.name}: OFED driver loads succeed again"
+    if mode not in FAULT_MODES:
+        raise FaultError(f"unknown OFED fault {mode!r}; known: {', '.join((*FAULT_MODES, OFED_CLEAR))}")
+    if node.shape.nic_count == 0:
+        raise FaultError(f"node {node.name} has no Mellanox NIC")
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(f"{mode} {image_contains}".strip() + "\n", encoding="utf-8")
+    which = f"of images containing {image_contains!r}" if image_contains else "of any image"
+    return f"{node.name}: OFED driver loads {which} {'fail' if mode == 'fail' else 'hang'}"
 
 
 async def set_ready(node: SimNode, *, ready: bool, heartbeats: bool = True) -> str:

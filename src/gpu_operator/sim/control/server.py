@@ -77,6 +77,7 @@ HANDLERS: dict[str, Handler] = {
     "kubelet-restart": lambda n, r: faults.restart_kubelet(n),
     "not-ready": lambda n, r: faults.set_ready(n, ready=False, heartbeats=not r.get("stop_heartbeats", False)),
     "ready": lambda n, r: faults.set_ready(n, ready=True, heartbeats=True),
+    "ofed": lambda n, r: faults.ofed_fault(n, mode=str(r["mode"]), image_contains=str(r.get("image_contains") or "")),
     "crash": lambda n, r: faults.crash(
         n, namespace=r.get("namespace"), pod=r.get("pod"), container=r.get("container"), program=r.get("program")
     ),
@@ -89,6 +90,7 @@ def node_rows(nodes: Mapping[str, SimNode]) -> list[JSON]:
         {
             "name": node.name,
             "profile": node.profile.name,
+            "nics": f"{node.shape.nic_count} x {node.shape.nic_model}" if node.shape.nic_count else "",
             "ready": node.ready,
             "heartbeats": node.beat.beating,
             "pods": len(node.workers),

@@ -6,6 +6,7 @@ Usage::
         sim.registry.register_program("my-agent", my_agent)      # what `gpu-operator agent my-agent` runs
         names = sim.add_nodes("dgx-h100:2,cpu-only:1")            # Ready, heart-beating nodes
         sim.inject_xid(names[0], gpu=3, xid=79)
+        nics = sim.add_nodes(nic_node_requests(4))                  # Mellanox NIC nodes in two OS pools
 
 Everything runs in one asyncio event loop on a background thread (API client, heartbeat loop, pod watch,
 gRPC servers, async programs); the public methods submit coroutines to it and wait. ``stop()`` (or leaving
@@ -34,8 +35,9 @@ from gpu_operator.sim.kubelet.heartbeat import LEASE_INTERVAL, STATUS_INTERVAL, 
 from gpu_operator.sim.kubelet.host import RuntimeOptions, SimCore
 from gpu_operator.sim.kubelet.node import NodeOptions, SimNode
 from gpu_operator.sim.kubelet.podwatch import PodDispatcher, pod_informer
+from gpu_operator.sim.nics import NicRequest, OsPool
 from gpu_operator.sim.programs.programs import ProgramRegistry, default_registry
-from gpu_operator.sim.shapes import NodeRequest, parse_node_spec
+from gpu_operator.sim.shapes import NodeRequest, parse_node_spec, shape_for
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -203,31 +205,46 @@ class Simulator:
     def add_nodes(
         self, spec: str | Sequence[NodeRequest], *, options: NodeOptions | None = None, timeout: float = 600.0
     ) -> list[str]:
-        """Register the nodes of ``spec`` (``"dgx-h100:2,cpu-only:1"``); returns their names in order."""
+        """Register the nodes of ``spec`` (``"dgx-h100:2,cpu-only:1"``, or requests such as
+        ``shapes.nic_node_requests(100)``); returns their names in order."""
         requests = parse_node_spec(spec) if isinstance(spec, str) else list(spec)
-        names = [self._new_name(r.profile) for r in requests for _ in range(r.count)]
-        profiles = [r.profile for r in requests for _ in range(r.count)]
-        self.call(self._add(names, profiles, options or NodeOptions()), timeout=timeout)
+        names = [self._new_name(r.name_part) for r in requests for _ in range(r.count)]
+        per_node = [r for r in requests for _ in range(r.count)]
+        self.call(self._add(names, per_node, options or NodeOptions()), timeout=timeout)
         return names
 
-    def add_node(self, profile: str, *, name: str | None = None, options: NodeOptions | None = None) -> str:
-        chosen = name or self._new_name(profile)
-        self.call(self._add([chosen], [profile], options or NodeOptions()))
+    def add_node(
+        self,
+        profile: str,
+        *,
+        name: str | None = None,
+        options: NodeOptions | None = None,
+        nics: NicRequest | None = None,
+        os_pool: OsPool | None = None,
+    ) -> str:
+        request = NodeRequest(profile=profile, count=1, nics=nics, os_pool=os_pool)
+        chosen = name or self._new_name(request.name_part)
+        self.call(self._add([chosen], [request], options or NodeOptions()))
         return chosen
 
-    async def _add(self, names: list[str], profiles: list[str], options: NodeOptions) -> None:
+    async def _add(self, names: list[str], requests: list[NodeRequest], options: NodeOptions) -> None:
         limit = asyncio.Semaphore(self.concurrency)
 
-        async def one(name: str, profile: str) -> None:
+        async def one(name: str, request: NodeRequest) -> None:
             node = SimNode(
-                core=self.core, name=name, index=next(self._counter), profile=node_profile(profile), options=options
+                core=self.core,
+                name=name,
+                index=next(self._counter),
+                profile=node_profile(request.profile),
+                options=options,
+                shape=shape_for(request),
             )
             self.nodes[name] = node
             async with limit:
                 await node.register()
 
         results = await asyncio.gather(
-            *(one(n, p) for n, p in zip(names, profiles, strict=True)), return_exceptions=True
+            *(one(n, r) for n, r in zip(names, requests, strict=True)), return_exceptions=True
         )
         failures = [(n, r) for n, r in zip(names, results, strict=True) if isinstance(r, BaseException)]
         if failures:
@@ -274,6 +291,11 @@ class Simulator:
 
     def fail_driver_install(self, node: str, *, version: str = "", fail: bool = True) -> str:
         return self.call(faults.fail_driver_install(self.node(node), version=version, fail=fail))
+
+    def ofed_fault(self, node: str, *, mode: str, image_contains: str = "") -> str:
+        """Make the node's simulated OFED driver load ``fail`` or ``hang`` (for images containing
+        ``image_contains`` only, or any), or ``clear`` the fault (``sim.programs.netstandins``)."""
+        return self.call(faults.ofed_fault(self.node(node), mode=mode, image_contains=image_contains))
 
     def set_ready(self, node: str, *, ready: bool, heartbeats: bool = True) -> str:
         return self.call(faults.set_ready(self.node(node), ready=ready, heartbeats=heartbeats))

@@ -3,8 +3,9 @@
 A :class:`SimNode` is the per-node half of the simulated kubelet (the shared half -- API client, heartbeat
 loop, pod watch, program registry -- is :class:`~gpu_operator.sim.core.SimCore`). Its host root
 (``<root>/<node>``) holds the kubelet directories (``var/lib/kubelet/device-plugins``,
-``var/lib/kubelet/pod-resources``, ``var/lib/kubelet/pods/<uid>``), ``etc/os-release`` and whatever agents
-write through hostPath mounts.
+``var/lib/kubelet/pod-resources``, ``var/lib/kubelet/pods/<uid>``), ``etc/os-release``, on NIC nodes an
+empty ``run/mellanox/drivers`` (the OFED container's exported root), and whatever agents write through
+hostPath mounts.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gpu_operator.gpu.null import NullBackend
 from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.kubelet.paths import KubeletDirs
+from gpu_operator.names.network import DRIVERS_DIR
 from gpu_operator.sim.kubelet.devices import DeviceManager
 from gpu_operator.sim.kubelet.gpuplugin import SimGpuPlugin
 from gpu_operator.sim.kubelet.heartbeat import Beat, now_utc
@@ -31,6 +33,7 @@ from gpu_operator.sim.kubelet.host import SimCore
 from gpu_operator.sim.kubelet.runtime import PodWorker
 from gpu_operator.sim.objects import (
     LEASE_NAMESPACE,
+    NodeShape,
     base_capacity,
     lease_manifest,
     node_ip,
@@ -68,13 +71,23 @@ class NodeOptions:
 class SimNode:
     """A simulated node (implements :class:`~gpu_operator.sim.kubelet.host.PodHost` for its pods)."""
 
-    def __init__(self, *, core: SimCore, name: str, index: int, profile: NodeProfile, options: NodeOptions) -> None:
+    def __init__(
+        self,
+        *,
+        core: SimCore,
+        name: str,
+        index: int,
+        profile: NodeProfile,
+        options: NodeOptions,
+        shape: NodeShape | None = None,
+    ) -> None:
         self.core = core
         self._name = name
         self.index = index
         self.profile = profile
         self.options = options
-        self.shape = shape_from_profile(profile)
+        # A request's shape (NICs, an OS pool) wins over the profile's own.
+        self.shape = shape or shape_from_profile(profile)
         self._gpu: GpuBackend = (
             SimulatedBackend(profile=profile, seed=core.seed, node_name=name)
             if profile.gpu_count
@@ -179,6 +192,8 @@ class SimNode:
         self.host_root.mkdir(parents=True, exist_ok=True)
         (self.host_root / "etc").mkdir(exist_ok=True)
         (self.host_root / "etc" / "os-release").write_text(os_release(self.shape), encoding="utf-8")
+        if self.shape.nic_count:
+            (self.host_root / DRIVERS_DIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
         await self._devices.start()
         if self.plugin is not None and self.options.gpu_plugin == "local":
             await self._devices.attach_local(self.plugin, publish=False)

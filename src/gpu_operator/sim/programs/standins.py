@@ -11,11 +11,14 @@ chain is tested across the two implementations:
 - operands whose NVIDIA entrypoint waits for ``driver-ready`` and sources it (toolkit, device plugin,
   MIG manager) wait for the file and take its variables;
 - NVIDIA's ``toolkit-validation`` wait loop waits for ``toolkit-ready`` and exits;
+- ``nvidia-peermem-ctr`` (``reload_nvidia_peermem``) is our peermem agent: it waits for MOFED's
+  ``.driver-ready`` (or the host's mlx5_core) and ``.driver-ctr-ready``, then loads the module;
 - containers whose program has no agent of ours (DCGM host engine, the config managers, the
-  GPUDirect side-cars) run until stopped; those with a probe report ready, as the probe would.
+  GDS and GDRCopy side-cars) run until stopped; those with a probe report ready, as the probe would.
 
 A stand-in is chosen by container name, the contract's fixed names; what it cannot stand in for is
-left to the ``UnknownProgram`` wait, never guessed.
+left to the ``UnknownProgram`` wait, never guessed. The network operator's containers (OFED driver,
+RDMA and SR-IOV device plugins, Multus, ...) have stand-ins of their own, in ``netstandins``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass, replace
 from gpu_operator.agents.programs import PROGRAMS
 from gpu_operator.names.images import tag_version
 from gpu_operator.sim.programs.context import ProgramContext
+from gpu_operator.sim.programs.netstandins import NETWORK_STANDINS
 from gpu_operator.sim.programs.programs import Program
 
 VALIDATIONS = "/run/nvidia/validations"
@@ -75,7 +79,7 @@ STANDINS: Mapping[str, StandIn] = {
     "nvidia-node-status-exporter": StandIn(agent="node-status-exporter"),
     "config-manager-init": StandIn(agent=None, exits=True),
     "config-manager": StandIn(agent=None),
-    "nvidia-peermem-ctr": StandIn(agent=None, ready=True),
+    "nvidia-peermem-ctr": StandIn(agent="nvidia-peermem"),
     "nvidia-fs-ctr": StandIn(agent=None, ready=True),
     "nvidia-gdrcopy-ctr": StandIn(agent=None, ready=True),
 }
@@ -88,7 +92,7 @@ def standin_name(*, container: str, command: Sequence[str], args: Sequence[str])
         # Two contracts share the name: the validator DaemonSet's check, and every operand's wait loop.
         waits = any("toolkit-ready" in a for a in args)
         return f"{PROGRAM_PREFIX}toolkit-wait" if waits else f"{PROGRAM_PREFIX}toolkit-validation"
-    return f"{PROGRAM_PREFIX}{container}" if container in STANDINS else None
+    return f"{PROGRAM_PREFIX}{container}" if container in STANDINS or container in NETWORK_STANDINS else None
 
 
 def _driver_ready(text: str) -> dict[str, str]:
@@ -146,4 +150,5 @@ def programs() -> dict[str, Program]:
     out = {f"{PROGRAM_PREFIX}{name}": _program(s) for name, s in STANDINS.items()}
     out[f"{PROGRAM_PREFIX}toolkit-validation"] = _program(StandIn(agent="validator"))
     out[f"{PROGRAM_PREFIX}toolkit-wait"] = _toolkit_wait
+    out.update({f"{PROGRAM_PREFIX}{name}": program for name, program in NETWORK_STANDINS.items()})
     return out

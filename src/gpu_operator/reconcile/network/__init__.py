@@ -1,0 +1,1 @@
+"""The Network Operator's reconcilers: NicClusterPolicy, NicNodePolicies, the network kinds, ``mofed.wait``."""

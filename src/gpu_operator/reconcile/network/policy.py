@@ -1,0 +1,270 @@
+"""One pass of the network operator: the NicClusterPolicy, the NicNodePolicies and the ``mofed.wait`` labels.
+
+Level-triggered like the GPU operator's pass: read the cluster, render (pure), converge, report. Only
+the NicClusterPolicy named ``nic-cluster-policy`` is acted on; any other gets state ``ignore`` and an
+Event saying why. Every state syncs on every pass (upstream's rule: the order gates nothing; the OFED
+gate is the ``mofed.wait`` node label the DaemonSets select on, written here and nowhere else).
+
+NicNodePolicies are routed and checked here too: one that overlaps an older one's nodes, or sets a
+section the NicClusterPolicy already has, is rejected (state ``error``, the nodes or section named,
+a Warning Event) and nothing of it is deployed; the older one keeps its nodes. Upstream rejects the
+same objects in an admission webhook; rejecting in status keeps the operator free of a TLS endpoint
+and still tells the administrator which nodes clash.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpu_operator.api.network.nicclusterpolicy import NicClusterPolicy
+from gpu_operator.api.network.nicnodepolicy import NicNodePolicy
+from gpu_operator.kube.api import JSON, Kube
+from gpu_operator.names import network as net
+from gpu_operator.observe.network import (
+    ignored_status,
+    mofed_wait_labels,
+    node_policy_conflicts,
+    policy_status,
+    state_result,
+)
+from gpu_operator.reconcile.network.apply import converge
+from gpu_operator.render.network import NetState, NicFacts, NicNode, render_cluster_policy, render_node_policy
+
+log = logging.getLogger(__name__)
+#: Events about cluster-scoped objects go to "default", where `kubectl describe` looks for them.
+EVENT_NAMESPACE = "default"
+NOT_READY_REQUEUE = 5.0  # upstream's CONTROLLER_REQUEST_REQUEUE_SECONDS
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetOutcome:
+    """What one pass found and did."""
+
+    policy: str | None = None  # the active NicClusterPolicy, if any
+    state: str | None = None  # its status.state
+    node_policies: Mapping[str, str] = field(default_factory=dict)  # NicNodePolicy -> status.state
+    applied: int = 0
+    pruned: int = 0
+    labelled: int = 0
+
+    @property
+    def requeue_after(self) -> float | None:
+        states = [self.state, *self.node_policies.values()]
+        return NOT_READY_REQUEUE if any(s == net.NOT_READY for s in states) else None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def facts_of(nodes: Sequence[JSON], *, namespace: str) -> NicFacts:
+    """The typed node facts the renderer reads."""
+    return NicFacts(
+        namespace=namespace,
+        nodes=tuple(
+            NicNode(
+                name=n["metadata"]["name"],
+                labels=dict(n["metadata"].get("labels") or {}),
+                taints=tuple((n.get("spec") or {}).get("taints") or ()),
+            )
+            for n in nodes
+        ),
+    )
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error)
+    if isinstance(error, ValidationError):
+        # The field path and message of each problem, without pydantic's URLs.
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
+    return text.splitlines()[0] if text else repr(error)
+
+
+async def _write_status(kube: Kube, *, obj: JSON, status: Mapping[str, Any]) -> None:
+    """Patch the status only when it differs (a no-op patch still costs a request)."""
+    current = obj.get("status") or {}
+    if {key: current.get(key) for key in status} != dict(status):
+        await kube.patch_status(net.API_VERSION, obj["kind"], obj["metadata"]["name"], status)
+
+
+async def _transition_event(kube: Kube, *, obj: JSON, status: Mapping[str, Any]) -> None:
+    """An Event when the state changes (Events are for transitions, not passes)."""
+    before = (obj.get("status") or {}).get("state")
+    state = status.get("state")
+    if before == state:
+        return
+    message = f"{obj['kind']} {obj['metadata']['name']} is {state}" + (
+        f": {status['reason']}" if status.get("reason") else ""
+    )
+    await kube.event(
+        involved=obj, reason=_camel(str(state)), message=message[:1000], warning=state != net.READY,
+        namespace=EVENT_NAMESPACE,
+    )  # fmt: skip
+
+
+def _camel(state: str) -> str:
+    return {"ready": "Ready", "notReady": "NotReady", "ignore": "Ignored", "error": "Error"}.get(state, state)
+
+
+NOT_DEPLOYED = "SectionsNotDeployed"
+#: Sections the API accepts (so upstream manifests validate) but no state of this operator deploys.
+_NO_STATE = {"nicConfigurationOperator": "nic_configuration_operator", "spectrumXOperator": "spectrum_x_operator"}
+
+
+def not_deployed_condition(model: NicClusterPolicy, *, previous: Sequence[JSON], now: str) -> JSON | None:
+    """A condition naming the sections set in the policy that nothing here deploys, so they are not
+    silently missing (upstream's users lost components silently when ``deployCR`` went away)."""
+    names = [json for json, attr in _NO_STATE.items() if getattr(model.spec, attr) is not None]
+    if not names:
+        return None
+    message = f"{', '.join(names)}: set, but this operator has no state for them; nothing was deployed"
+    before = next((c for c in previous if c.get("type") == NOT_DEPLOYED), None)
+    since = str(before["lastTransitionTime"]) if before and before.get("message") == message else now
+    return {"type": NOT_DEPLOYED, "status": "True", "reason": "NoState", "message": message,
+            "lastTransitionTime": since}  # fmt: skip
+
+
+async def _sync_owner(
+    kube: Kube,
+    *,
+    obj: JSON,
+    states: Sequence[NetState] | None,
+    namespace: str,
+    failure: str = "",
+    extra: Callable[[Sequence[JSON]], JSON | None] | None = None,
+) -> tuple[str, int, int]:
+    """Converge one owner's states and report its status; returns (state, applied, pruned)."""
+    previous = (obj.get("status") or {}).get("conditions") or []
+    applied = pruned = 0
+    if states is None:  # invalid spec or rejected: keep nothing running on its behalf
+        conv = await converge(kube, states=(), owner=obj, namespace=namespace)
+        pruned = conv.pruned
+        status: dict[str, Any] = {**policy_status([], previous=previous, now=_now()), "state": net.ERROR,
+                                  "reason": failure}  # fmt: skip
+    else:
+        conv = await converge(kube, states=states, owner=obj, namespace=namespace)
+        applied, pruned = conv.applied, conv.pruned
+        results = [state_result(s, live=conv.live.get(s.name, {})) for s in states]
+        status = policy_status(results, previous=previous, now=_now())
+        condition = extra(previous) if extra is not None else None
+        if condition is not None:
+            status["conditions"] = [*status["conditions"], condition]
+            if not any(c.get("type") == NOT_DEPLOYED and c.get("message") == condition["message"] for c in previous):
+                await kube.event(involved=obj, reason=NOT_DEPLOYED, message=condition["message"], warning=True,
+                                 namespace=EVENT_NAMESPACE)  # fmt: skip
+    await _write_status(kube, obj=obj, status=status)
+    await _transition_event(kube, obj=obj, status=status)
+    return str(status["state"]), applied, pruned
+
+
+async def _ignore(kube: Kube, *, obj: JSON) -> None:
+    reason = f"only the NicClusterPolicy named {net.NCP_NAME!r} is acted on; this one is ignored"
+    status = ignored_status(reason)
+    await _write_status(kube, obj=obj, status=status)
+    await _transition_event(kube, obj=obj, status=status)
+
+
+def _ofed_pods(pods: Sequence[JSON], daemonsets: Sequence[JSON]) -> list[JSON]:
+    """Pods of the OFED DaemonSets (the NicClusterPolicy's and every NicNodePolicy's)."""
+    names = {
+        ds["metadata"]["name"]
+        for ds in daemonsets
+        if (ds["metadata"].get("labels") or {}).get(net.STATE_LABEL) == net.STATE_OFED
+    }
+    return [
+        p
+        for p in pods
+        if any(
+            r.get("kind") == "DaemonSet" and r.get("name") in names for r in p["metadata"].get("ownerReferences") or []
+        )
+    ]
+
+
+def _selected(nodes: Sequence[JSON], selector: Mapping[str, str]) -> set[str]:
+    return {
+        n["metadata"]["name"]
+        for n in nodes
+        if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+    }
+
+
+async def label_mofed_wait(
+    kube: Kube, *, nodes: Sequence[JSON], namespace: str, ofed_configured: bool, nnp_nodes: set[str]
+) -> int:
+    """Write ``network.nvidia.com/operator.mofed.wait`` where it differs; returns how many nodes changed."""
+    daemonsets = await kube.list_objects("apps/v1", "DaemonSet", namespace=namespace, labels={net.STATE_LABEL: None})
+    pods = await kube.list_objects("v1", "Pod", namespace=namespace)
+    changes = mofed_wait_labels(
+        nodes=nodes, ofed_pods=_ofed_pods(pods, daemonsets), ofed_configured=ofed_configured, nnp_nodes=nnp_nodes
+    )
+    for name, value in changes.items():
+        await kube.patch_labels("v1", "Node", name, {net.MOFED_WAIT: value})
+    return len(changes)
+
+
+async def reconcile_network_once(kube: Kube, *, namespace: str) -> NetOutcome:
+    """One full pass (see the module docstring); running it twice in a row writes nothing the second time."""
+    nodes = await kube.list_objects("v1", "Node")
+    facts = facts_of(nodes, namespace=namespace)
+    applied = pruned = 0
+    policies = [{"apiVersion": net.API_VERSION, "kind": net.NCP_KIND, **p}
+                for p in await kube.list_objects(net.API_VERSION, net.NCP_KIND)]  # fmt: skip
+    active = next((p for p in policies if p["metadata"]["name"] == net.NCP_NAME), None)
+    for other in policies:
+        if other is not active:
+            await _ignore(kube, obj=other)
+    state: str | None = None
+    ofed_configured = False
+    model: NicClusterPolicy | None = None
+    if active is not None:
+        try:
+            model = NicClusterPolicy.model_validate(active)
+            states: Sequence[NetState] | None = render_cluster_policy(model, facts)
+            failure = ""
+        except ValidationError as error:
+            log.error("NicClusterPolicy %s: %s", net.NCP_NAME, error)
+            states, failure = None, _first_line(error)
+        extra = None
+        if model is not None:
+            active_model = model
+
+            def extra(previous: Sequence[JSON]) -> JSON | None:
+                return not_deployed_condition(active_model, previous=previous, now=_now())
+
+        state, a, p = await _sync_owner(
+            kube, obj=active, states=states, namespace=namespace, failure=failure, extra=extra
+        )
+        applied, pruned = applied + a, pruned + p
+        ofed_configured = model is not None and model.spec.ofed_driver is not None
+    node_states: dict[str, str] = {}
+    nnp_nodes: set[str] = set()  # nodes whose OFED driver a NicNodePolicy manages
+    nnps = [{"apiVersion": net.API_VERSION, "kind": net.NNP_KIND, **p}
+            for p in await kube.list_objects(net.API_VERSION, net.NNP_KIND)]  # fmt: skip
+    conflicts = node_policy_conflicts(policies=nnps, nodes=nodes, cluster_policy=active)
+    for nnp in nnps:
+        name = nnp["metadata"]["name"]
+        nnp_states: Sequence[NetState] | None = None
+        why = conflicts.get(name, "")
+        if not why:
+            try:
+                nnp_model = NicNodePolicy.model_validate(nnp)
+                nnp_states = render_node_policy(nnp_model, facts)
+                if nnp_model.spec.ofed_driver is not None:
+                    nnp_nodes |= _selected(nodes, nnp_model.spec.node_selector)
+            except ValidationError as error:
+                why = _first_line(error)
+        node_states[name], a, p = await _sync_owner(kube, obj=nnp, states=nnp_states, namespace=namespace, failure=why)
+        applied, pruned = applied + a, pruned + p
+    labelled = await label_mofed_wait(
+        kube, nodes=nodes, namespace=namespace, ofed_configured=ofed_configured, nnp_nodes=nnp_nodes
+    )
+    return NetOutcome(
+        policy=active["metadata"]["name"] if active else None, state=state, node_policies=node_states,
+        applied=applied, pruned=pruned, labelled=labelled,
+    )  # fmt: skip

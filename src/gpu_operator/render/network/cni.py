@@ -1,0 +1,121 @@
+"""The secondary-network states: Multus, the CNI reference plugins and the IPoIB CNI (pure).
+
+All three install files on every node (a binary under ``/opt/cni/bin``, Multus also its config
+under ``/etc/cni/net.d``), so they run with host networking, privileged, on every node the policy's
+placement allows, not gated on the OFED driver: pods must be able to get networks before and
+without it. Multus alone talks to the API (it reads NetworkAttachmentDefinitions and annotates
+pods), so it alone gets a ServiceAccount and a ClusterRole, upstream's.
+"""
+
+from __future__ import annotations
+
+from gpu_operator.api.network.imagespec import GlobalConfig, ImageSpec
+from gpu_operator.api.network.nicclusterpolicy import SecondaryNetworkSpec
+from gpu_operator.names import network as net
+from gpu_operator.render.network.facts import NetState
+from gpu_operator.render.network.objects import (
+    JSON,
+    Placement,
+    cluster_rbac,
+    config_map,
+    container,
+    daemonset,
+    host_volume,
+    mount,
+    resolve_image,
+    resources,
+    rule,
+)
+
+CNI_BIN = "/opt/cni/bin"
+CNI_CONF = "/etc/cni/net.d"
+MULTUS_DS = "kube-multus-ds"
+MULTUS_ACCOUNT = "multus"
+MULTUS_CONFIG = "multus-cni-config"
+CNI_PLUGINS_DS = "cni-plugins-ds"
+IPOIB_DS = "kube-ipoib-cni-ds"
+_SMALL = resources("100m", "50Mi")
+
+
+def render_multus(network: SecondaryNetworkSpec | None, *, place: Placement, global_: GlobalConfig | None) -> NetState:
+    state = net.STATE_MULTUS
+    spec = network.multus if network is not None else None
+    if spec is None:
+        return NetState(name=state, enabled=False)
+    image = resolve_image(spec, global_)
+    objects: list[JSON] = cluster_rbac(
+        MULTUS_ACCOUNT, state=state, place=place,
+        rules=[
+            rule(["k8s.cni.cncf.io"], ["network-attachment-definitions"], ["get", "list", "watch"]),
+            rule([""], ["pods", "pods/status"], ["get", "list", "update", "watch"]),
+            rule(["", "events.k8s.io"], ["events"], ["create", "patch", "update"]),
+        ],
+    )  # fmt: skip
+    config = spec.config
+    mounts = [mount("cninetwork", f"/host{CNI_CONF}"), mount("cnibin", f"/host{CNI_BIN}")]
+    volumes = [host_volume("cninetwork", CNI_CONF), host_volume("cnibin", CNI_BIN)]
+    if config:
+        # The user's Multus config replaces the generated one (upstream: the multus-cni-config ConfigMap).
+        objects.append(config_map(MULTUS_CONFIG, state=state, place=place, data={"cni-conf.json": config}))
+        mounts.append(mount("multus-cni-config", "/tmp/multus-conf"))
+        items = [{"key": "cni-conf.json", "path": "00-multus.conf"}]
+        volumes.append({"name": "multus-cni-config", "configMap": {"name": MULTUS_CONFIG, "items": items}})
+    main = container(
+        net.MULTUS_CONTAINER,
+        image=image,
+        default_resources=_SMALL,
+        command=["/thin_entrypoint"],
+        args=[
+            f"--multus-conf-file={'/tmp/multus-conf/00-multus.conf' if config else 'auto'}",
+            f"--multus-autoconfig-dir=/host{CNI_CONF}",
+            f"--cni-conf-dir=/host{CNI_CONF}",
+            "--cleanup-config-on-exit",
+            "--skip-config-watch",
+            f"--cni-bin-dir=/host{CNI_BIN}",
+            f"--multus-kubeconfig-file-host={CNI_CONF}/multus.d/multus.kubeconfig",
+        ],
+        volumeMounts=mounts,
+    )
+    main["securityContext"] = {"privileged": True, "runAsUser": 0}
+    ds = daemonset(
+        MULTUS_DS, state=state, place=place, app={"app": "multus", "name": "multus"}, containers=[main],
+        image=image, volumes=volumes, service_account=MULTUS_ACCOUNT, config=config or None,
+        terminationGracePeriodSeconds=10,
+    )  # fmt: skip
+    objects.append(ds)
+    return NetState(name=state, enabled=True, objects=tuple(objects), daemonsets=(MULTUS_DS,))
+
+
+def _binary_installer(state: str, name: str, app: str, container_name: str, *, spec: ImageSpec, place: Placement,
+                      global_: GlobalConfig | None) -> NetState:  # fmt: skip
+    image = resolve_image(spec, global_)
+    main = container(
+        container_name, image=image, privileged=True, default_resources=_SMALL,
+        volumeMounts=[mount("cnibin", f"/host{CNI_BIN}")],
+    )  # fmt: skip
+    ds = daemonset(
+        name, state=state, place=place, app={"app": app, "name": app}, containers=[main], image=image,
+        volumes=[host_volume("cnibin", CNI_BIN)],
+    )  # fmt: skip
+    return NetState(name=state, enabled=True, objects=(ds,), daemonsets=(name,))
+
+
+def render_cni_plugins(
+    network: SecondaryNetworkSpec | None, *, place: Placement, global_: GlobalConfig | None
+) -> NetState:
+    spec = network.cni_plugins if network is not None else None
+    if spec is None:
+        return NetState(name=net.STATE_CNI_PLUGINS, enabled=False)
+    return _binary_installer(
+        net.STATE_CNI_PLUGINS, CNI_PLUGINS_DS, "cni-plugins", net.CNI_PLUGINS_CONTAINER, spec=spec, place=place,
+        global_=global_,
+    )  # fmt: skip
+
+
+def render_ipoib(network: SecondaryNetworkSpec | None, *, place: Placement, global_: GlobalConfig | None) -> NetState:
+    spec = network.ipoib if network is not None else None
+    if spec is None:
+        return NetState(name=net.STATE_IPOIB, enabled=False)
+    return _binary_installer(
+        net.STATE_IPOIB, IPOIB_DS, "ipoib-cni", net.IPOIB_CONTAINER, spec=spec, place=place, global_=global_
+    )
