@@ -316,12 +316,15 @@ def _wait(check: Callable[[], bool], *, timeout: float, interval: float) -> floa
 
 
 class _OperatorProcess:
-    """One operator process and its pipe."""
+    """One operator process and its pipe. ``target`` runs in the child with (pipe, kubeconfig, namespace) and
+    answers ``stats`` as :func:`_operator_child` does (``network_bench`` runs the network operator so)."""
 
-    def __init__(self, *, kubeconfig: str) -> None:
+    def __init__(
+        self, *, kubeconfig: str, target: Callable[[Any, str, str], None] = _operator_child, namespace: str = NAMESPACE
+    ) -> None:
         spawn = multiprocessing.get_context("spawn")
         self.conn, child_end = spawn.Pipe()
-        self.process = spawn.Process(target=_operator_child, args=(child_end, kubeconfig, NAMESPACE), daemon=True)
+        self.process = spawn.Process(target=target, args=(child_end, kubeconfig, namespace), daemon=True)
         self.process.start()
         if self.conn.recv() != "started" or self.process.pid is None:
             raise RuntimeError("the operator process did not start")

@@ -52,6 +52,7 @@ class BenchContext:
     idle_seconds: float
     settle_seconds: float
     notes: list[str] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)  # section name -> its measurements, for later sections
 
 
 SectionFunction = Callable[[BenchContext], Section]
@@ -320,6 +321,7 @@ def operator_scale_section(ctx: BenchContext) -> Section:
         print(message, file=sys.stderr, flush=True)
 
     results = operator_bench.measure(binaries=ctx.binaries, log=log)
+    ctx.results["operator_scale"] = results  # the network section's peer rows
     return Section("Operator at scale: 100 and 1,000 simulated nodes", operator_bench.markdown(results))
 
 
@@ -415,6 +417,25 @@ def gpu_stack_section(ctx: BenchContext) -> Section:
 
 
 SECTIONS.extend([image_section, real_nodes_section, gpu_stack_section, builds_section])
+
+
+def network_scale_section(ctx: BenchContext) -> Section:
+    """The network operator at 100 and 1,000 simulated NIC nodes: policy to ready, RSS, CPU, idle API requests
+    (``NETWORK_BENCH_SCALES=100`` runs fewer), beside the GPU operator's figures at the same node counts."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import network_bench  # noqa: PLC0415 - a sibling module, imported when this section runs
+
+    results = network_bench.measure(binaries=ctx.binaries, scales=network_bench.configured_scales(), log=_log)
+    if "operator_scale" in ctx.results:
+        gpu, source = network_bench.gpu_rows_from_results(ctx.results["operator_scale"]), "measured in this run"
+    else:
+        report = network_bench.REPORT.read_text(encoding="utf-8") if network_bench.REPORT.exists() else ""
+        gpu, source = network_bench.gpu_rows_from_report(report), "as this report's earlier run of it gives it"
+    body = network_bench.markdown(results, gpu=gpu, gpu_source=source)
+    return Section("Network operator at scale: 100 and 1,000 simulated NIC nodes", body)
+
+
+SECTIONS.append(network_scale_section)
 
 
 # -- report -----------------------------------------------------------------------------------------------

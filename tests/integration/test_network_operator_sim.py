@@ -180,8 +180,13 @@ def test_policy_ready_gated_plugins_pruning_singleton_and_node_policies(
         and not list(client.list(ConfigMap, namespace=namespace, labels={net.STATE_LABEL: net.STATE_RDMA_DP})),
         timeout=60, describe="RDMA device plugin objects pruned",
     )  # fmt: skip
-    status = _wait_state(client, namespace, net.READY)
-    assert {s["name"]: s["state"] for s in status["appliedStates"]}[net.STATE_RDMA_DP] == net.IGNORE
+
+    def ready_without_rdma() -> JSON | None:
+        status = _status(client, NicClusterPolicyResource, net.NCP_NAME)
+        states = {s["name"]: s["state"] for s in status.get("appliedStates") or []}
+        return status if status.get("state") == net.READY and states.get(net.STATE_RDMA_DP) == net.IGNORE else None
+
+    wait_for(ready_without_rdma, timeout=60, describe="ready, the RDMA state ignore")
 
     # NicNodePolicies: one per pool works; one overlapping it is rejected with the nodes named, and one
     # setting a section the NicClusterPolicy has is rejected too.
@@ -293,3 +298,50 @@ def test_ofed_version_bump_rolls_every_node_within_max_parallel(
         assert not any(k.startswith("nvidia.com/gpu-driver-upgrade") for k in labels), labels
         assert not client.get(Node, node).spec.unschedulable  # type: ignore[union-attr]
     _wait_state(client, namespace, net.READY)
+
+
+@pytest.mark.timeout(300)
+def test_networks_become_network_attachment_definitions(
+    client: Client, namespace: str, network_operator: NetworkOperatorThread
+) -> None:
+    from gpu_operator.kube.api import HostDeviceNetworkResource, MacvlanNetworkResource, NADResource  # noqa: PLC0415
+
+    ipam = '{"type":"host-local","subnet":"192.0.2.0/24","rangeStart":"192.0.2.10","rangeEnd":"192.0.2.20"}'
+    macvlan = {
+        "apiVersion": net.API_VERSION,
+        "kind": net.MACVLAN_KIND,
+        "metadata": {"name": "macvlan-a"},
+        "spec": {"networkNamespace": namespace, "master": "eth1", "mode": "bridge", "mtu": 1500, "ipam": ipam},
+    }
+    hostdev = {"apiVersion": net.API_VERSION, "kind": net.HOSTDEVICE_KIND, "metadata": {"name": "hostdev-a"},
+               "spec": {"networkNamespace": namespace, "resourceName": "hostdev", "ipam": ipam}}  # fmt: skip
+    _apply(client, macvlan)
+    _apply(client, hostdev)
+    try:
+        for resource, name, field in (
+            (MacvlanNetworkResource, "macvlan-a", "macvlanNetworkAttachmentDef"),
+            (HostDeviceNetworkResource, "hostdev-a", "hostDeviceNetworkAttachmentDef"),
+        ):
+
+            def ready(r: Any = resource, n: str = name) -> JSON | None:
+                status = _status(client, r, n)
+                return status if status.get("state") == net.READY else None
+
+            status = wait_for(ready, timeout=60, describe=f"{name} ready")
+            assert status[field].endswith(f"/namespaces/{namespace}/NetworkAttachmentDefinition/{name}"), status
+        nad = client.get(NADResource, "macvlan-a", namespace=namespace).to_dict()  # type: ignore[no-untyped-call]
+        config = yaml.safe_load(nad["spec"]["config"])
+        plugin = config["plugins"][0] if "plugins" in config else config
+        assert (plugin["type"], plugin["master"], plugin["mode"]) == ("macvlan", "eth1", "bridge")
+        assert plugin["ipam"]["subnet"] == "192.0.2.0/24"
+        hostdev_nad = client.get(NADResource, "hostdev-a", namespace=namespace).to_dict()  # type: ignore[no-untyped-call]
+        assert hostdev_nad["metadata"]["annotations"][net.NAD_RESOURCE_NAME] == "nvidia.com/hostdev"
+    finally:
+        client.delete(MacvlanNetworkResource, "macvlan-a")
+        client.delete(HostDeviceNetworkResource, "hostdev-a")
+
+    # The NAD is owned by its network: the garbage collector removes it with the network.
+    def gone() -> bool:
+        return not [n for n in client.list(NADResource, namespace=namespace) if n.metadata.name == "macvlan-a"]  # type: ignore[union-attr]
+
+    wait_for(gone, timeout=60, describe="the NAD deleted with its network")

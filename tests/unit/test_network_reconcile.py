@@ -213,7 +213,9 @@ def test_a_macvlan_network_becomes_a_nad_owned_by_it() -> None:
     assert "eth0" in json.dumps(config)
     status = _status(api, "macvlannetworks", "mv")
     assert status["state"] == net.READY
-    assert status["networkAttachmentDef"] == "default/mv"
+    assert (
+        status["macvlanNetworkAttachmentDef"] == "k8s.cni.cncf.io/v1/namespaces/default/NetworkAttachmentDefinition/mv"
+    )
 
 
 def test_a_section_no_state_deploys_is_named_in_a_condition_and_an_event() -> None:

@@ -1,8 +1,8 @@
 """The Network Operator's RBAC as data: what its own service account may do, one rule per need.
 
 ``hack/generate.py`` writes these rules to ``deploy/helm/network-operator/templates/rbac.yaml``
-(``render.chart.network_rbac_template``); a golden test fails when the file drifts, and the
-integration tests run the reconciler under exactly these rules.
+(``render.chart.network_rbac_template``); a golden test fails when the file drifts. The chart's
+service account is bound to exactly these rules, so what the operator calls must fit them.
 
 Each rule is a :class:`Need` with the reason it exists (printed above it in the chart). Two kinds:
 

@@ -2,8 +2,9 @@
 
 The NAD is rendered (``render.network.render_network``), owned by its network object (so deleting the
 network deletes the NAD) and applied only when its revision changed. The network's status says
-``ready`` with the NAD's ``namespace/name``, or ``error`` with why: an invalid spec (the field named),
-or no NetworkAttachmentDefinition CRD in the cluster (the chart installs it).
+``ready`` with where the NAD is (upstream's ``<kind>NetworkAttachmentDef`` field), or ``error`` with
+why: an invalid spec (the field named), or no NetworkAttachmentDefinition CRD in the cluster (the
+chart installs it).
 """
 
 from __future__ import annotations
@@ -27,16 +28,29 @@ MODELS: Mapping[str, Any] = {
     net.HOSTDEVICE_KIND: HostDeviceNetwork,
     net.IPOIB_KIND: IPoIBNetwork,
 }
+#: Upstream's status field naming the NAD, one name per kind.
+LINK_FIELD = {
+    net.MACVLAN_KIND: "macvlanNetworkAttachmentDef",
+    net.HOSTDEVICE_KIND: "hostDeviceNetworkAttachmentDef",
+    net.IPOIB_KIND: "ipoibNetworkAttachmentDef",
+}
 
 
-async def _status(kube: Kube, *, obj: JSON, status: dict[str, str]) -> None:
+def nad_link(nad: JSON) -> str:
+    """Upstream's spelling of where the NAD is: ``<apiVersion>/namespaces/<ns>/<Kind>/<name>``."""
+    meta = nad["metadata"]
+    return f"{nad['apiVersion']}/namespaces/{meta.get('namespace', 'default')}/{nad['kind']}/{meta['name']}"
+
+
+async def _status(kube: Kube, *, obj: JSON, state: str, reason: str = "", link: str = "") -> None:
+    status = {"state": state, "reason": reason, LINK_FIELD[obj["kind"]]: link}
     current = obj.get("status") or {}
     if {k: current.get(k) for k in status} != status:
         await kube.patch_status(net.API_VERSION, obj["kind"], obj["metadata"]["name"], status)
         if current.get("state") != status["state"]:
             await kube.event(
                 involved=obj, reason="Ready" if status["state"] == net.READY else "Error",
-                message=status.get("reason") or f"NetworkAttachmentDefinition {status['networkAttachmentDef']}",
+                message=reason or f"NetworkAttachmentDefinition {link}",
                 warning=status["state"] != net.READY, namespace="default",
             )  # fmt: skip
 
@@ -52,14 +66,13 @@ async def reconcile_networks(kube: Kube) -> int:
                 nad = render_network(model.model_validate(obj))
             except ValidationError as error:
                 why = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
-                await _status(kube, obj=obj, status={"state": net.ERROR, "reason": why, "networkAttachmentDef": ""})
+                await _status(kube, obj=obj, state=net.ERROR, reason=why)
                 continue
             if crd is None:
                 crd = await kube.crd_exists(NAD_CRD)
-            where = f"{nad['metadata'].get('namespace', 'default')}/{nad['metadata']['name']}"
             if not crd:
                 why = f"the {NAD_CRD} CRD is not installed"
-                await _status(kube, obj=obj, status={"state": net.ERROR, "reason": why, "networkAttachmentDef": ""})
+                await _status(kube, obj=obj, state=net.ERROR, reason=why)
                 continue
             desired = with_applied_hash(with_owner(nad, owner=obj), key=net.REVISION_ANNOTATION)
             live = await kube.get(
@@ -70,5 +83,5 @@ async def reconcile_networks(kube: Kube) -> int:
             ):
                 await kube.apply(desired)
                 written += 1
-            await _status(kube, obj=obj, status={"state": net.READY, "reason": "", "networkAttachmentDef": where})
+            await _status(kube, obj=obj, state=net.READY, link=nad_link(nad))
     return written

@@ -18,19 +18,22 @@ as the cluster admin instead.)
 ``GPU_OPERATOR_BIND_ADDRESS`` in :mod:`gpu_operator.sim.kubelet.volumes`); the container has a readiness probe,
 so the program reports Ready once a first reconcile pass finished, as ``/readyz`` does. ``--log-level`` is
 accepted and ignored: in-process, logging belongs to the process hosting the simulator.
+
+The network operator's pod (``gpu-operator network-operator``, same flags) reuses the flags, the in-cluster
+configuration, the endpoints and :func:`run_until_stopped` (``gpu_operator.sim.programs.netoperatorpod``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpu_operator.kube.connect import async_client, service_account_config
 from gpu_operator.reconcile.clusterpolicy import Outcome
-from gpu_operator.reconcile.endpoints import OperatorMetrics, serve
+from gpu_operator.reconcile.endpoints import OperatorMetrics, Renders, serve
 from gpu_operator.reconcile.operator import Operator
 from gpu_operator.render import OperatorSettings
 from gpu_operator.sim.kubelet.volumes import BIND_ADDRESS_ENV
@@ -105,14 +108,15 @@ def in_cluster_config(ctx: ProgramContext) -> Any:
     return service_account_config(server=f"https://{host}:{port}", ca_file=ca, token_file=token, namespace=namespace)
 
 
-async def _serve_endpoints(
+async def serve_endpoints(
     *,
     flags: OperatorFlags,
     env: Mapping[str, str],
-    metrics: OperatorMetrics,
+    metrics: Renders,
     healthy: Callable[[], bool],
     ready: asyncio.Event,
 ) -> list[asyncio.Server]:
+    """``/healthz``, ``/readyz`` and ``/metrics`` on the flags' addresses, "all addresses" being the pod's own."""
     servers = []
     addresses = {pod_address(a, env=env) for a in (flags.metrics_bind_address, flags.health_probe_bind_address)}
     for address in sorted(addresses):
@@ -125,27 +129,26 @@ async def _serve_endpoints(
     return servers
 
 
-async def operator_program(ctx: ProgramContext) -> None:
-    """Run the operator until the pod stops (see the module docstring)."""
-    flags = parse_flags(argv=ctx.argv, env=ctx.env)
-    config = in_cluster_config(ctx)
-    ready, stop = asyncio.Event(), asyncio.Event()
-    client = async_client(config=config, field_manager=FIELD_MANAGER)
-    operator = Operator(client=client, namespace=flags.namespace, settings=OperatorSettings.from_env(ctx.env))
-    metrics = OperatorMetrics(loops=operator.metric_lines)
-    servers = await _serve_endpoints(
-        flags=flags, env=ctx.env, metrics=metrics, healthy=lambda: operator.healthy, ready=ready
-    )
+def first_pass_done(ctx: ProgramContext, ready: asyncio.Event) -> None:
+    """Called after every pass: the first one makes ``/readyz`` answer 200 and the container Ready."""
+    if not ready.is_set():
+        ready.set()
+        ctx.set_ready(True)
 
-    async def observed(outcome: Outcome) -> None:
-        metrics.observe(outcome, api_requests=operator.api_requests, upgrades=operator.upgrades)
-        if not ready.is_set():
-            ready.set()
-            ctx.set_ready(True)
 
-    operator.on_outcome = observed
-    running = asyncio.create_task(operator.run(stop=stop, leader_election=flags.leader_elect), name="operator-pod")
-    stopped = asyncio.create_task(ctx.stopped(), name="operator-pod-stop")
+async def run_until_stopped(
+    ctx: ProgramContext,
+    *,
+    run: Callable[[asyncio.Event], Awaitable[None]],
+    client: Any,
+    servers: Sequence[asyncio.Server],
+    name: str,
+) -> None:
+    """Run ``run(stop)`` (an operator's main loop) until the pod stops, then close the endpoints and the client;
+    a crash of the loop, an injected crash or a loop that ended unasked is the container's failure."""
+    stop = asyncio.Event()
+    running = asyncio.create_task(run(stop), name=f"{name}-pod")
+    stopped = asyncio.create_task(ctx.stopped(), name=f"{name}-pod-stop")
     try:
         await asyncio.wait({running, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -162,4 +165,28 @@ async def operator_program(ctx: ProgramContext) -> None:
         if error is not None:
             raise error
     if not ctx.stopping:
-        raise ProgramExit(1, "the operator loop ended without being asked to stop")
+        raise ProgramExit(1, f"the {name} loop ended without being asked to stop")
+
+
+async def operator_program(ctx: ProgramContext) -> None:
+    """Run the operator until the pod stops (see the module docstring)."""
+    flags = parse_flags(argv=ctx.argv, env=ctx.env)
+    config = in_cluster_config(ctx)
+    ready = asyncio.Event()
+    client = async_client(config=config, field_manager=FIELD_MANAGER)
+    operator = Operator(client=client, namespace=flags.namespace, settings=OperatorSettings.from_env(ctx.env))
+    metrics = OperatorMetrics(loops=operator.metric_lines)
+    servers = await serve_endpoints(
+        flags=flags, env=ctx.env, metrics=metrics, healthy=lambda: operator.healthy, ready=ready
+    )
+
+    async def observed(outcome: Outcome) -> None:
+        metrics.observe(outcome, api_requests=operator.api_requests, upgrades=operator.upgrades)
+        first_pass_done(ctx, ready)
+
+    operator.on_outcome = observed
+
+    async def run(stop: asyncio.Event) -> None:
+        await operator.run(stop=stop, leader_election=flags.leader_elect)
+
+    await run_until_stopped(ctx, run=run, client=client, servers=servers, name=PROGRAM)

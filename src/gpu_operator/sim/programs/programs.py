@@ -1,10 +1,11 @@
 """The programs a simulated container can run, and how a container command names one.
 
 The operator deploys its agents as ``gpu-operator agent NAME ARGS...`` (the command and args of our own
-image), and the Helm chart runs the operator itself as ``gpu-operator operator ARGS...``. The simulator
-looks the program up in a :class:`ProgramRegistry` (one per simulator, no module state) -- NAME for an
-agent, the verb for the other commands of our image that a pod may run (:data:`PROGRAM_VERBS`) -- and
-runs the entrypoint in-process with a per-container :class:`~gpu_operator.sim.programs.context.ProgramContext`:
+image), and the Helm charts run the operators themselves as ``gpu-operator operator ARGS...`` and
+``gpu-operator network-operator ARGS...``. The simulator looks the program up in a :class:`ProgramRegistry`
+(one per simulator, no module state) -- NAME for an agent, the verb for the other commands of our image
+that a pod may run (:data:`PROGRAM_VERBS`) -- and runs the entrypoint in-process with a per-container
+:class:`~gpu_operator.sim.programs.context.ProgramContext`:
 coroutine functions as tasks in the simulator's event loop (preferred: they scale to thousands of nodes),
 plain functions in a thread of their own. Anything else in a container command is not ours: the container
 waits with reason ``UnknownProgram``.
@@ -28,8 +29,10 @@ EXECUTABLE = "gpu-operator"
 AGENT_VERB = "agent"
 #: Commands of our image that run as a pod without an agent NAME: ``gpu-operator operator ARGS...`` runs the
 #: program registered as ``operator`` (the Helm chart's Deployment; see ``gpu_operator.sim.programs.operatorpod``),
-#: ``gpu-operator crds ARGS...`` the one registered as ``crds`` (the chart's CRD hook Jobs; ``.crdhooks``).
-PROGRAM_VERBS = frozenset({"operator", "crds"})
+#: ``gpu-operator network-operator ARGS...`` the one registered as ``network-operator`` (the network chart's
+#: Deployment; ``.netoperatorpod``), ``gpu-operator crds ARGS...`` the one registered as ``crds`` (the chart's
+#: CRD hook Jobs; ``.crdhooks``).
+PROGRAM_VERBS = frozenset({"operator", "network-operator", "crds"})
 
 
 @dataclass(frozen=True, kw_only=True)
