@@ -284,7 +284,7 @@ def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], No
         deployments = len(list(client.list(Deployment, namespace=NETWORK_NAMESPACE)))
         pods = sum(1 for _ in client.list(Pod, namespace=NETWORK_NAMESPACE))
         mofed_ready, healthy = _mofed_ready_nodes(client), _healthy_nodes(client)
-        log(f"network bench: policy ready after {ready} s, every DaemonSet rolled out after {rolled_out} s, {milestones}")
+        log(f"network bench: ready after {ready} s, rolled out after {rolled_out} s, milestones {milestones}")
         log(f"network bench: {daemonsets} DaemonSets, {deployments} Deployments, {pods} pods, available/wanted "
             f"{available}/{wanted}, {mofed_ready} nodes mofed.wait=false, {healthy} healthy")  # fmt: skip
         operator.phase = "idle"
@@ -360,7 +360,7 @@ def markdown(results: Sequence[NetScaleResult], *, gpu: dict[int, dict[str, str]
         "idle CPU %", "idle req/min", "reconcile passes (upgrade passes)", "DaemonSets / Deployments", "pods",
         "pods available / wanted", "nodes `mofed.wait=false` / healthy",
     ]  # fmt: skip
-    rows, breakdown, memory, peers = [], [], [], []
+    rows, breakdown, memory, peers, timeline = [], [], [], [], []
     for r in results:
         ready = f"{r.ready_s:.1f}" if r.ready_s is not None else "not ready"
         rolled = f"{r.rolled_out_s:.1f}" if r.rolled_out_s is not None else "not ready"
@@ -371,6 +371,8 @@ def markdown(results: Sequence[NetScaleResult], *, gpu: dict[int, dict[str, str]
             f"{r.mofed_ready_nodes:,} / {r.healthy_at_ready:,} of {r.nodes:,}",
         ])  # fmt: skip
         breakdown.append(f"- {r.nodes:,} nodes: {_requests(r.idle)}")
+        steps = [f"{label} {r.milestones[key]:.1f}" for key, label in MILESTONES.items() if key in r.milestones]
+        timeline.append(f"- {r.nodes:,} nodes: " + ", ".join([*steps, f"policy `ready` {ready}"]))
         memory.append(f"- {r.nodes:,} nodes: " + ", ".join(f"{phase} {mib:.0f}" for phase, mib in r.peaks.items()))
         peers.append([
             "network operator (this section)", f"{r.nodes:,}", ready, f"{r.idle.rss_mib:.0f} / {r.peak_rss_mib:.0f}",
@@ -401,6 +403,8 @@ def markdown(results: Sequence[NetScaleResult], *, gpu: dict[int, dict[str, str]
         "(reconcile, Lease renewals, informer lists and watch connections), passes of the `network` work key "
         "and, in brackets, of the `ofed-upgrade` one.\n\n"
         + _table(header, rows)
+        + "\n\nWhere the time to `ready` goes (seconds from creating the policy, polled every 0.5 s):\n\n"
+        + "\n".join(timeline)
         + "\n\nIdle requests by verb and resource:\n\n"
         + "\n".join(breakdown)
         + "\n\nHighest RSS (MiB, sampled every 0.2 s) in each phase:\n\n"

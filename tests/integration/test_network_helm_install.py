@@ -13,6 +13,7 @@ deletes crds/).
 
 from __future__ import annotations
 
+import logging
 import secrets
 import ssl
 from collections.abc import Iterator
@@ -45,10 +46,8 @@ CHART = REPO / "deploy" / "helm" / "network-operator"
 PROGRAM = "network-operator"
 ACCOUNT = "network-operator"  # the chart's fixed ServiceAccount name
 DRAIN_SKIP = f"nvidia.com/{net.OFED_DRIVER_NAME}-driver-upgrade-drain.skip"
-CRDS = tuple(
-    f"{plural}.mellanox.com"
-    for plural in ("nicclusterpolicies", "nicnodepolicies", "macvlannetworks", "hostdevicenetworks", "ipoibnetworks")
-) + ("network-attachment-definitions.k8s.cni.cncf.io",)
+MELLANOX_PLURALS = ("nicclusterpolicies", "nicnodepolicies", "macvlannetworks", "hostdevicenetworks", "ipoibnetworks")
+CRDS = (*(f"{plural}.mellanox.com" for plural in MELLANOX_PLURALS), "network-attachment-definitions.k8s.cni.cncf.io")
 
 
 def _image(name: str, version: str) -> JSON:
@@ -117,7 +116,10 @@ def test_helm_install_runs_the_network_operator_as_a_pod(
     sim_program: SimProgramFactory,
     release: str,
     tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # The operator runs in this process: a request its RBAC refuses shows in its logs as ``http_403``.
+    caplog.set_level(logging.INFO, logger="gpu_operator")
     spec = agent_registry().get(PROGRAM)
     assert spec is not None
     sim_program(PROGRAM, spec.entrypoint)  # the session simulator has the operands' stand-ins already
@@ -167,7 +169,8 @@ def test_helm_install_runs_the_network_operator_as_a_pod(
 
     # The Lease is the pod's: held under upstream's ID and owned by the pod, so it goes with it.
     lease = client.get(Lease, net.LEASE_NAME, namespace=namespace)
-    assert lease.spec is not None and lease.spec.holderIdentity
+    assert lease.spec is not None
+    assert lease.spec.holderIdentity
     assert [(o.kind, o.name) for o in lease.metadata.ownerReferences or ()] == [  # type: ignore[union-attr]
         ("Pod", pod["metadata"]["name"])
     ]
@@ -179,6 +182,19 @@ def test_helm_install_runs_the_network_operator_as_a_pod(
         return "network_operator_reconciliation_status 1\n" in httpx.get(url, timeout=5, trust_env=False).text
 
     wait_for(metrics_ready, timeout=30, describe="network_operator_reconciliation_status 1")
+
+    # Nothing was refused on the way. A refused watch fails no pass: the informer lists again, and again,
+    # so each cache must have listed once; a refused request in a pass counts as a loop error.
+    metrics = httpx.get(url, timeout=5, trust_env=False).text
+    lists = [line for line in metrics.splitlines() if line.startswith("gpu_operator_cache_lists_total{")]
+    relisted = [line for line in lists if not line.endswith("} 1")]
+    assert lists
+    assert not relisted, relisted
+    assert 'error="http_403"' not in metrics
+    refused = [
+        r.getMessage() for r in caplog.records if r.name.startswith("gpu_operator") and "http_403" in r.getMessage()
+    ]
+    assert not refused, refused
 
     local_cluster.helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "60s", timeout=90)
 

@@ -413,3 +413,12 @@ def test_rendered_objects_share_no_nested_values() -> None:
     plugins = objects(state(states, net.STATE_CNI_PLUGINS), "DaemonSet")[0]
     pod_spec(multus)["tolerations"][0]["key"] = "changed"
     assert pod_spec(plugins)["tolerations"][0]["key"] == "t"
+
+
+def test_without_any_nfd_nic_label_the_ofed_state_says_how_to_get_one() -> None:
+    states = {s.name: s for s in render_cluster_policy(policy(ofedDriver=ofed()), facts(node("cpu-1", nic=False)))}
+    notes = " ".join(states[net.STATE_OFED].notes)
+    assert f"no node is labelled {net.NIC_PRESENT}=true" in notes
+    assert "nfd.deployNodeFeatureRules" in notes
+    with_nic = {s.name: s for s in render_cluster_policy(policy(ofedDriver=ofed()), facts(node("nic-1")))}
+    assert not with_nic[net.STATE_OFED].notes

@@ -96,9 +96,11 @@ OWN_NAMESPACE: tuple[Need, ...] = (
         Rule(("",), ("configmaps", "services", "serviceaccounts"), MANAGE),
     ),
     Need("listed to prune; applied if a state renders one", Rule((RBAC_GROUP,), ("roles", "rolebindings"), MANAGE)),
+    # watch too: the operator keeps the OFED ControllerRevisions in an informer (reconcile.network.operator);
+    # without it every watch was refused (403) and the cache fell back to listing again and again.
     Need(
-        "upgrade: an OFED pod's revision against its OnDelete DaemonSet's newest",
-        Rule(("apps",), ("controllerrevisions",), ("get", "list")),
+        "upgrade: an OFED pod's revision against its OnDelete DaemonSet's newest (informer)",
+        Rule(("apps",), ("controllerrevisions",), READ),
     ),
     Need(
         "leader election: create (not limitable by name) and renew its Lease",

@@ -35,6 +35,7 @@ PRIVATE_PATHS = (
     "/etc/kubernetes/node-feature-discovery",  # NFD's features.d, where GFD leaves a node's labels
     "/run/cdi",
     "/run/containerd",
+    "/run/mellanox",  # MOFED's exported root and its .driver-ready, per node as a node's MOFED is
     "/run/nvidia",
     "/usr/local/nvidia",
     "/var/lib/cni",

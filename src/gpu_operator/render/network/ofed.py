@@ -209,6 +209,10 @@ def render_ofed(
     notes: tuple[str, ...] = ()
     if unlabelled:
         notes = (f"NIC nodes without NFD OS, kernel or arch labels, in no OFED pool: {', '.join(unlabelled)}",)
+    if not any(node.labels.get(net.NIC_PRESENT) == "true" for node in nodes):
+        # Upstream's most reported "nothing deploys": NFD is missing or has no rule for Mellanox PCI devices.
+        notes = (*notes, f"no node is labelled {net.NIC_PRESENT}=true: install NFD with this chart's "
+                 "NodeFeatureRule (nfd.deployNodeFeatureRules=true) or label the NIC nodes")  # fmt: skip
     names: list[str] = []
     for pool in found:
         volumes, mounts, error = _volumes(spec, pool.os)

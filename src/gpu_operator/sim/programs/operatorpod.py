@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,7 +139,7 @@ def first_pass_done(ctx: ProgramContext, ready: asyncio.Event) -> None:
 async def run_until_stopped(
     ctx: ProgramContext,
     *,
-    run: Callable[[asyncio.Event], Awaitable[None]],
+    run: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
     client: Any,
     servers: Sequence[asyncio.Server],
     name: str,
