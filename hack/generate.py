@@ -1,7 +1,7 @@
 """Regenerate the generated files: deploy/crds (every CRD, from the models), the GPU chart's CRDs
 (the GPU operator's ones from deploy/crds), the Network Operator chart's CRDs (the mellanox.com ones and
 the NetworkAttachmentDefinition), the operators' RBAC templates (from src/gpu_operator/render/rbac.py and
-render/network_rbac.py), the CRD hook Jobs' rules (render/chart.py) and the
+render/network_rbac.py), both charts' CRD hook Jobs and their rules (render/crdhooks.py) and the
 reference (docs/reference/ clusterpolicy.md and nvidiadriver.md, from the CRDs; exporter-fields.md,
 from the exporter's field table).
 
@@ -22,7 +22,8 @@ from gpu_operator.agents.exporter.fieldsdoc import fields_markdown
 from gpu_operator.api.crd import crds
 from gpu_operator.api.fieldpaths import parse_facts, spec_fields
 from gpu_operator.cli.crds import render_crd_files
-from gpu_operator.render.chart import chart_crd_files, crd_hook_rules_template, network_rbac_template, rbac_template
+from gpu_operator.render.chart import chart_crd_files, network_rbac_template, rbac_template
+from gpu_operator.render.crdhooks import HOOK_CHARTS, crd_hook_rules_template, crd_hooks_template
 from gpu_operator.render.reference import DRIVER_OWNERS, POLICY_OWNERS, reference_markdown
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +61,9 @@ def expected_files() -> dict[Path, str]:
     files.update({NETWORK_CHART / "crds" / name: crd_files[name] for name in chart_crd_files()[NETWORK_CHART.name]})
     files[NETWORK_CHART / "templates" / "rbac.yaml"] = network_rbac_template()
     files[CHART / "templates" / "rbac.yaml"] = rbac_template()
-    files[CHART / "templates" / "_crd-hook-rules.tpl"] = crd_hook_rules_template()
+    for chart in HOOK_CHARTS:  # both charts' CRD hooks, from one template
+        files[HELM / chart / "templates" / "_crd-hook-rules.tpl"] = crd_hook_rules_template(chart)
+        files[HELM / chart / "templates" / "crd-hooks.yaml"] = crd_hooks_template(chart)
     files.update(reference_pages())
     files[DOCS / "exporter-fields.md"] = fields_markdown()
     return files

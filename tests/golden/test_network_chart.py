@@ -115,7 +115,7 @@ def test_default_install_objects(helm: Helm) -> None:
     kinds = by_kind(template(helm, crds=True))
     assert sorted(kinds) == sorted([
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-        "Deployment", "Service",
+        "Deployment", "Service", "Job",  # Job: the pre-upgrade CRD hook (upgradeCRDs; test_network_chart_hooks.py)
     ])  # fmt: skip
     # No NicClusterPolicy by default (upstream's behaviour since 24.10; the notes say so loudly), and
     # no NodeFeatureRule while the cluster does not serve its CRD.
@@ -128,7 +128,7 @@ def test_default_install_objects(helm: Helm) -> None:
 
 
 def test_generated_rbac_is_what_the_chart_grants(helm: Helm) -> None:
-    kinds = by_kind(template(helm))
+    kinds = by_kind(template(helm, "upgradeCRDs=false"))  # the operator's; the CRD hooks': test_network_chart_hooks.py
     cluster, namespaced = network_operator_rules()
     (cluster_role,) = kinds["ClusterRole"]
     (role,) = kinds["Role"]
@@ -190,7 +190,7 @@ def test_every_container_runs_a_command_the_image_has(
         encoding="utf-8"), re.MULTILINE)  # fmt: skip
     docs = template(helm, "operator.args={--leader-elect}", values=policy_values, nfd=True)
     workloads = [d for d in docs if d["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Job")]
-    assert [d["kind"] for d in workloads] == ["Deployment"]
+    assert sorted(d["kind"] for d in workloads) == ["Deployment", "Job"]  # Job: the CRD upgrade hook
     for workload in workloads:
         for container in workload["spec"]["template"]["spec"]["containers"]:
             program, subcommand, *rest = container["command"]
@@ -200,7 +200,12 @@ def test_every_container_runs_a_command_the_image_has(
                 monkeypatch.setenv(var["name"], var.get("value", "from-the-pod"))
             command = cli.get_command(click.Context(cli), subcommand)
             assert command is not None, f"the image has no `gpu-operator {subcommand}`"
-            command.make_context(subcommand, [*rest, *container.get("args", [])])  # raises on an unknown flag
+            name, argv = subcommand, [*rest, *container.get("args", [])]
+            while isinstance(command, click.Group):  # `gpu-operator crds apply ...`: the leaf parses the flags
+                name, *argv = argv
+                command = command.get_command(click.Context(command), name)
+                assert command is not None, f"the image has no `gpu-operator {subcommand} ... {name}`"
+            command.make_context(name, argv)  # raises on an unknown flag
 
 
 # --- values -----------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from gpu_operator.localcluster.binaries import BinariesNotFoundError, locate_bin
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.tools import component_env
 from gpu_operator.render import ClusterFacts, OperatorSettings, render
-from gpu_operator.render.chart import crd_hook_rules
+from gpu_operator.render.crdhooks import crd_hook_rules
 from gpu_operator.render.rbac import operator_rules
 from tests.conftest import REPO
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_operator.kube.crds import crd_names
-from gpu_operator.render.chart import crd_hook_rules, crd_hook_rules_template
+from gpu_operator.render.crdhooks import HOOK_CHARTS, crd_hook_rules, crd_hook_rules_template, crd_hooks_template
 from gpu_operator.sim.programs.context import ProgramExit
 from gpu_operator.sim.programs.crdhooks import parse_args
 
@@ -52,8 +52,34 @@ def test_hook_rules_are_least_privilege() -> None:
     assert verbs == {"apply": {"create", "get", "patch"}, "delete": {"get", "list", "delete"}}
 
 
-def test_hook_rules_template_defines_one_template_per_hook() -> None:
-    text = crd_hook_rules_template()
+@pytest.mark.parametrize("chart", ["gpu-operator", "network-operator"])
+def test_hook_rules_template_defines_one_template_per_hook(chart: str) -> None:
+    text = crd_hook_rules_template(chart)
     assert text.count("{{- define ") == 2
-    assert '{{- define "gpu-operator.crdHookRules.apply" -}}' in text
-    assert '{{- define "gpu-operator.crdHookRules.delete" -}}' in text
+    assert f'{{{{- define "{chart}.crdHookRules.apply" -}}}}' in text
+    assert f'{{{{- define "{chart}.crdHookRules.delete" -}}}}' in text
+
+
+def test_both_charts_hooks_come_from_one_template() -> None:
+    # The two charts' hook templates differ only where their HookChart says: names, values, pull
+    # secrets, the comment and the CRD set (--operator, which the GPU chart's Jobs leave at its default).
+    gpu, network = (crd_hooks_template(chart) for chart in ("gpu-operator", "network-operator"))
+    assert sorted(HOOK_CHARTS) == ["gpu-operator", "network-operator"]
+    assert '.Values.operator.upgradeCRD }}' in gpu and '.Values.operator.cleanupCRD }}' in gpu
+    assert '.Values.upgradeCRDs }}' in network and '.Values.cleanupCRDs }}' in network
+    assert 'args: ["--timeout=240"]' in gpu
+    assert 'args: ["--timeout=240", "--operator=network"]' in network
+    assert "network-operator" not in gpu
+    assert "gpu-operator-" not in network.replace("gpu-operator crds", "")
+    # Everything else is the same text: swap the GPU chart's data for the network chart's and they match.
+    ours, theirs = HOOK_CHARTS["gpu-operator"], HOOK_CHARTS["network-operator"]
+    swapped = gpu
+    for old, new in (
+        (ours.pull_secrets, theirs.pull_secrets), (ours.deletes, theirs.deletes),
+        (ours.upgrade_value, theirs.upgrade_value), (ours.cleanup_value, theirs.cleanup_value),
+        ('"--timeout=240"]', '"--timeout=240", "--operator=network"]'), ("gpu-operator.", "network-operator."),
+        ("gpu-operator-", "network-operator-"), ("/component: gpu-operator", "/component: network-operator"),
+        ("/name: gpu-operator", "/name: network-operator"),
+    ):
+        swapped = swapped.replace(old, new)
+    assert swapped == network
