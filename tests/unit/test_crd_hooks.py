@@ -12,9 +12,12 @@ from gpu_operator.sim.programs.crdhooks import parse_args
 
 
 def test_arguments_as_the_command_takes_them() -> None:
-    assert parse_args(["apply"]) == ("apply", 120.0)
-    assert parse_args(["delete", "--timeout=30"]) == ("delete", 30.0)
-    assert parse_args(["apply", "--timeout", "5"]) == ("apply", 5.0)
+    assert parse_args(["apply"]) == ("apply", 120.0, "gpu")
+    assert parse_args(["delete", "--timeout=30"]) == ("delete", 30.0, "gpu")
+    assert parse_args(["apply", "--timeout", "5"]) == ("apply", 5.0, "gpu")
+    # The network chart's Jobs.
+    assert parse_args(["apply", "--timeout=240", "--operator=network"]) == ("apply", 240.0, "network")
+    assert parse_args(["delete", "--operator", "network"]) == ("delete", 120.0, "network")
 
 
 @pytest.mark.parametrize(
@@ -24,6 +27,7 @@ def test_arguments_as_the_command_takes_them() -> None:
         (["upgrade"], "expected one of apply, delete"),
         (["apply", "--force"], "No such option: --force"),
         (["apply", "--timeout"], "requires an argument"),
+        (["apply", "--operator=nfd"], "--operator must be one of gpu, network"),
     ],
 )
 def test_bad_arguments_are_usage_errors(argv: list[str], message: str) -> None:
@@ -65,8 +69,10 @@ def test_both_charts_hooks_come_from_one_template() -> None:
     # secrets, the comment and the CRD set (--operator, which the GPU chart's Jobs leave at its default).
     gpu, network = (crd_hooks_template(chart) for chart in ("gpu-operator", "network-operator"))
     assert sorted(HOOK_CHARTS) == ["gpu-operator", "network-operator"]
-    assert '.Values.operator.upgradeCRD }}' in gpu and '.Values.operator.cleanupCRD }}' in gpu
-    assert '.Values.upgradeCRDs }}' in network and '.Values.cleanupCRDs }}' in network
+    assert ".Values.operator.upgradeCRD }}" in gpu
+    assert ".Values.operator.cleanupCRD }}" in gpu
+    assert ".Values.upgradeCRDs }}" in network
+    assert ".Values.cleanupCRDs }}" in network
     assert 'args: ["--timeout=240"]' in gpu
     assert 'args: ["--timeout=240", "--operator=network"]' in network
     assert "network-operator" not in gpu
@@ -75,10 +81,14 @@ def test_both_charts_hooks_come_from_one_template() -> None:
     ours, theirs = HOOK_CHARTS["gpu-operator"], HOOK_CHARTS["network-operator"]
     swapped = gpu
     for old, new in (
-        (ours.pull_secrets, theirs.pull_secrets), (ours.deletes, theirs.deletes),
-        (ours.upgrade_value, theirs.upgrade_value), (ours.cleanup_value, theirs.cleanup_value),
-        ('"--timeout=240"]', '"--timeout=240", "--operator=network"]'), ("gpu-operator.", "network-operator."),
-        ("gpu-operator-", "network-operator-"), ("/component: gpu-operator", "/component: network-operator"),
+        (ours.pull_secrets, theirs.pull_secrets),
+        (ours.deletes, theirs.deletes),
+        (ours.upgrade_value, theirs.upgrade_value),
+        (ours.cleanup_value, theirs.cleanup_value),
+        ('"--timeout=240"]', '"--timeout=240", "--operator=network"]'),
+        ("gpu-operator.", "network-operator."),
+        ("gpu-operator-", "network-operator-"),
+        ("/component: gpu-operator", "/component: network-operator"),
         ("/name: gpu-operator", "/name: network-operator"),
     ):
         swapped = swapped.replace(old, new)

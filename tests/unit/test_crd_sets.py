@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import httpx2 as httpx  # lightkube's HTTP library
 import pytest
 from click.testing import CliRunner
 from lightkube import ApiError
@@ -207,7 +207,7 @@ def test_foreign_managers_ignore_the_status_writer() -> None:
 
 def test_network_delete_never_deletes_the_nad_crd() -> None:
     crds = {name: _crd(name, FIELD_MANAGER) for name in (*MELLANOX, NAD_CRD)}
-    objects = {resource: [] for resource in (OBJECTS[name] for name in MELLANOX)}
+    objects: dict[Any, list[str]] = {OBJECTS[name]: [] for name in MELLANOX}
     objects[NicClusterPolicyResource] = ["nic-cluster-policy"]
     objects[MacvlanNetworkResource] = ["rdma-net"]
     cluster = Cluster(crds, objects)
@@ -215,7 +215,10 @@ def test_network_delete_never_deletes_the_nad_crd() -> None:
     assert sorted(cluster.crds) == [NAD_CRD]  # the mellanox.com CRDs are gone, the NAD CRD stays
     assert not [c for c in cluster.calls if c[0] == "delete" and NAD_CRD in c]
     assert not [c for c in cluster.calls if c[0] == "delete" and c[1] == NADResource.__name__]
-    assert lines == [*(f"deleted {n}" for n in MELLANOX), f"kept {NAD_CRD}, shared with other installers: never deleted"]
+    assert lines == [
+        *(f"deleted {n}" for n in MELLANOX),
+        f"kept {NAD_CRD}, shared with other installers: never deleted",
+    ]
     # The policy and the network went first, while their CRDs still existed (their operands go with them).
     order = [c[2] for c in cluster.calls if c[0] == "delete"]
     assert order.index("nic-cluster-policy") < order.index("nicclusterpolicies.mellanox.com")

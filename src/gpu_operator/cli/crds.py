@@ -66,8 +66,9 @@ _KUBECONFIG = click.option("--kubeconfig", envvar="KUBECONFIG", help="Default: i
 _TIMEOUT = click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
                         help="Seconds to wait for the API server.")  # fmt: skip
 _OPERATOR = click.option("--operator", "operator", type=click.Choice(OPERATORS), default=GPU, show_default=True,
-                         help="Whose CRDs: gpu, the ClusterPolicy and NVIDIADriver CRDs; network, the mellanox.com CRDs "
-                         "(and the NetworkAttachmentDefinition CRD where absent; never deleted).")  # fmt: skip
+                         help="Whose CRDs: gpu, the ClusterPolicy and NVIDIADriver CRDs; network, the "
+                              "mellanox.com CRDs (and the NetworkAttachmentDefinition CRD where absent; never "
+                              "deleted).")  # fmt: skip
 
 
 def _act(action: str, *, kubeconfig: str | None, timeout: float, operator: str) -> None:

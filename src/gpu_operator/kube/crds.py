@@ -169,7 +169,7 @@ def delete_crds(*, client: Client, names: list[str] | None = None, timeout: floa
     gone counts as deleted. Returns the CRD names deleted; raises :class:`CRDNotDeletedError` naming
     what is still present when the time is up.
     """
-    pending = list(names or crd_names())
+    pending = list(crd_names() if names is None else names)  # an empty list deletes nothing, not the GPU set
     deadline = time.monotonic() + timeout
     for name in pending:
         kind = OBJECTS.get(name)
@@ -231,7 +231,7 @@ def run_crd_action(*, client: Client, action: str, timeout: float, operator: str
     crds_of = crd_set(operator)
     if action == "apply":
         done = apply_crds(client=client, timeout=timeout, manifests=dict(crds_of.manifests), shared=crds_of.shared)
-        return [f"applied {name} (Established)" if why == APPLIED else f"kept {name}: {why}" for name, why in done.items()]
+        return [f"applied {n} (Established)" if why == APPLIED else f"kept {n}: {why}" for n, why in done.items()]
     names = list(crds_of.deletable())
     deleted = delete_crds(client=client, names=names, timeout=timeout)
     lines = [f"deleted {name}" if name in deleted else f"absent {name}" for name in names]
