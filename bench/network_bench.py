@@ -121,8 +121,8 @@ def _sim_child(conn: Any, kubeconfig: str, nodes: int) -> None:
     conn.send(time.monotonic() - begin)
     conn.recv()
     # The cluster is thrown away next: no need to delete thousands of pods and nodes one by one.
-    shutil.rmtree(simulator.root, ignore_errors=True)
-    conn.send("bye")
+    # Its programs still write there until the process is gone: the parent removes it after the exit.
+    conn.send(str(simulator.root))
     os._exit(0)
 
 
@@ -312,9 +312,12 @@ def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], No
         log(f"network bench: RSS {idle.rss_mib:.0f} MiB, peak {peak:.0f} MiB, by phase {peaks}")
         operator.stop()
         sim.send("stop")
+        sim_root = sim.recv()
         sim_process.join(timeout=120)
         if sim_process.is_alive():
             sim_process.kill()
+            sim_process.join(timeout=10)
+        shutil.rmtree(sim_root, ignore_errors=True)
         client.close()
     return NetScaleResult(
         nodes=nodes, registered_s=registered, ready_s=ready, rolled_out_s=rolled_out, peak_rss_mib=peak, peaks=peaks,

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from lightkube import Client, codecs
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.types import PatchType
 
 from gpu_operator.kube.api import NicClusterPolicyResource, NicNodePolicyResource
@@ -130,6 +130,12 @@ def test_policy_ready_gated_plugins_pruning_singleton_and_node_policies(
 ) -> None:  # fmt: skip
     nic_nodes = sim_nodes(nic_node_requests(4))
     plain = sim_nodes("cpu-only:1")
+    # Without a policy nothing manages a driver: NIC nodes are open ("false", upstream's rule). The
+    # policy's OFED section must close them before its plugins exist, or they start ahead of OFED.
+    wait_for(
+        lambda: all((client.get(Node, n).metadata.labels or {}).get(net.MOFED_WAIT) == "false" for n in nic_nodes),  # type: ignore[union-attr]
+        timeout=30, describe="NIC nodes open while no policy manages their driver",
+    )  # fmt: skip
     _apply(client, _policy())
     status = _wait_state(client, namespace, net.READY)
     assert {s["name"]: s["state"] for s in status["appliedStates"]}[net.STATE_OFED] == net.READY
@@ -158,6 +164,13 @@ def test_policy_ready_gated_plugins_pruning_singleton_and_node_policies(
             restarts = [c.restartCount for c in (pod.status.containerStatuses or [])]  # type: ignore[union-attr]
             assert restarts, (node, prefix)
             assert not any(restarts), (node, prefix, restarts)
+    # No plugin pod was ever started early and taken back when the gate closed.
+    deleted = [
+        e.message for e in client.list(Event, namespace=namespace)
+        if e.reason == "SuccessfulDelete" and e.involvedObject.kind == "DaemonSet"
+        and str(e.involvedObject.name).startswith(("rdma-shared-dp", "network-operator-sriov-device-plugin"))
+    ]  # fmt: skip
+    assert not deleted, deleted
 
     # A second policy is ignored, with a reason.
     _apply(client, _policy(name="another-policy"))
@@ -336,12 +349,10 @@ def test_networks_become_network_attachment_definitions(
         assert plugin["ipam"]["subnet"] == "192.0.2.0/24"
         hostdev_nad = client.get(NADResource, "hostdev-a", namespace=namespace).to_dict()  # type: ignore[no-untyped-call]
         assert hostdev_nad["metadata"]["annotations"][net.NAD_RESOURCE_NAME] == "nvidia.com/hostdev"
+        # Owned by its network (the live object's uid), so the garbage collector deletes it with the network.
+        owner = client.get(MacvlanNetworkResource, "macvlan-a").metadata
+        refs = nad["metadata"]["ownerReferences"]
+        assert [(r["kind"], r["name"], r["uid"]) for r in refs] == [(net.MACVLAN_KIND, "macvlan-a", owner.uid)]  # type: ignore[union-attr]
     finally:
         client.delete(MacvlanNetworkResource, "macvlan-a")
         client.delete(HostDeviceNetworkResource, "hostdev-a")
-
-    # The NAD is owned by its network: the garbage collector removes it with the network.
-    def gone() -> bool:
-        return not [n for n in client.list(NADResource, namespace=namespace) if n.metadata.name == "macvlan-a"]  # type: ignore[union-attr]
-
-    wait_for(gone, timeout=60, describe="the NAD deleted with its network")

@@ -174,9 +174,20 @@ def test_wait_label_follows_the_ofed_container() -> None:
     nodes = [node("ready"), node("loading"), node("pending"), node("leaving", wait="false"), node("done", wait="false")]
     pods = [pod("ready", ready=True), pod("loading", ready=False), pod(None, ready=False),
             pod("leaving", ready=True, deleting=True), pod("done", ready=True)]  # fmt: skip
+    # "pending" has no pod on it yet: it waits too (a pending pod has no node).
     assert mofed_wait_labels(nodes=nodes, ofed_pods=pods, ofed_configured=True) == {
-        "ready": "false", "loading": "true", "leaving": "true",
+        "ready": "false", "loading": "true", "pending": "true", "leaving": "true",
     }  # fmt: skip
+
+
+def test_a_false_label_from_before_the_driver_was_managed_closes_until_its_pod_is_ready() -> None:
+    # The operator ran without ofedDriver (NIC nodes "false"), then the section arrived: until each
+    # node's OFED pod is Ready the plugins must stay away, so "false" turns "true" at once.
+    nodes = [node("nic", wait="false"), node("cpu", nic=False)]
+    assert mofed_wait_labels(nodes=nodes, ofed_pods=[], ofed_configured=True) == {"nic": "true"}
+    nnp_only = mofed_wait_labels(nodes=[node("nnp-node", wait="false")], ofed_pods=[], ofed_configured=False,
+                                 nnp_nodes={"nnp-node"})  # fmt: skip
+    assert nnp_only == {"nnp-node": "true"}
 
 
 def test_without_ofed_leftover_pods_wait_nic_nodes_go_and_others_lose_the_label() -> None:

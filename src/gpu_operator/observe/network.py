@@ -208,11 +208,13 @@ def mofed_wait_labels(
     only for nodes whose label differs.
 
     A node with OFED pods: "false" once every one of them has its OFED container Ready, "true" before
-    (and while one terminates). With ``ofed_configured`` (the NicClusterPolicy has ``ofedDriver``),
-    other nodes are left alone: a NIC node without its driver pod yet keeps the plugins away (no
-    label or "true"). Without it, as upstream: "true" where an OFED pod is left over, "false" on NIC
-    nodes (no managed driver: nothing to wait for), removed elsewhere. ``nnp_nodes``: nodes whose
-    driver a NicNodePolicy manages; they follow their pods whatever the NicClusterPolicy says.
+    (and while one terminates). With ``ofed_configured`` (the NicClusterPolicy has ``ofedDriver``), a
+    NIC node without its driver pod yet is "true": a label "false" written while no policy managed
+    the driver must not let the plugins in before the driver pod even exists (the benchmark caught
+    every RDMA plugin pod of 1,000 nodes scheduled ahead of OFED that way). Without it, as upstream:
+    "true" where an OFED pod is left over, "false" on NIC nodes (no managed driver: nothing to wait
+    for), removed elsewhere. ``nnp_nodes``: nodes whose driver a NicNodePolicy manages; they follow
+    their pods (and wait while they have none) whatever the NicClusterPolicy says.
     """
     pods_by_node: dict[str, list[Mapping[str, Any]]] = {}
     for pod in ofed_pods:
@@ -226,9 +228,12 @@ def mofed_wait_labels(
         pods = pods_by_node.get(name)
         wanted: str | None
         if ofed_configured or name in nnp_nodes:
-            if not pods:
-                continue
-            wanted = "false" if all(_pod_ready(p) for p in pods) else "true"
+            if pods:
+                wanted = "false" if all(_pod_ready(p) for p in pods) else "true"
+            elif name in nnp_nodes or labels.get(net.NIC_PRESENT) == "true":
+                wanted = "true"  # its driver pod is not there yet
+            else:
+                wanted = None
         elif pods:
             wanted = "true"  # left over from a removed ofedDriver section: the driver is being unloaded
         elif labels.get(net.NIC_PRESENT) == "true":

@@ -208,62 +208,86 @@ async def label_mofed_wait(
     return len(changes)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Owner:
+    """One policy to converge: its object and rendered states (None: invalid or rejected, and why)."""
+
+    obj: JSON
+    states: Sequence[NetState] | None
+    failure: str = ""
+    extra: Callable[[Sequence[JSON]], JSON | None] | None = None
+
+
+def _cluster_owner(active: JSON, facts: NicFacts) -> tuple[_Owner, NicClusterPolicy | None]:
+    try:
+        model = NicClusterPolicy.model_validate(active)
+    except ValidationError as error:
+        log.error("NicClusterPolicy %s: %s", net.NCP_NAME, error)
+        return _Owner(obj=active, states=None, failure=_first_line(error)), None
+
+    def extra(previous: Sequence[JSON]) -> JSON | None:
+        return not_deployed_condition(model, previous=previous, now=_now())
+
+    return _Owner(obj=active, states=render_cluster_policy(model, facts), extra=extra), model
+
+
+def _node_owners(
+    nnps: Sequence[JSON], *, nodes: Sequence[JSON], facts: NicFacts, active: JSON | None
+) -> tuple[list[_Owner], set[str]]:
+    """Each NicNodePolicy rendered (or rejected, with why) and the nodes whose OFED driver they manage."""
+    conflicts = node_policy_conflicts(policies=nnps, nodes=nodes, cluster_policy=active)
+    owners, nnp_nodes = [], set()
+    for nnp in nnps:
+        why = conflicts.get(nnp["metadata"]["name"], "")
+        if why:
+            owners.append(_Owner(obj=nnp, states=None, failure=why))
+            continue
+        try:
+            model = NicNodePolicy.model_validate(nnp)
+        except ValidationError as error:
+            owners.append(_Owner(obj=nnp, states=None, failure=_first_line(error)))
+            continue
+        owners.append(_Owner(obj=nnp, states=render_node_policy(model, facts)))
+        if model.spec.ofed_driver is not None:
+            nnp_nodes |= _selected(nodes, model.spec.node_selector)
+    return owners, nnp_nodes
+
+
 async def reconcile_network_once(kube: Kube, *, namespace: str) -> NetOutcome:
-    """One full pass (see the module docstring); running it twice in a row writes nothing the second time."""
+    """One full pass (see the module docstring); running it twice in a row writes nothing the second time.
+
+    The ``mofed.wait`` labels are written before anything is applied: a device plugin DaemonSet
+    created in this pass must find every node whose driver is not up yet already closed."""
     nodes = await kube.list_objects("v1", "Node")
     facts = facts_of(nodes, namespace=namespace)
-    applied = pruned = 0
     policies = [{"apiVersion": net.API_VERSION, "kind": net.NCP_KIND, **p}
                 for p in await kube.list_objects(net.API_VERSION, net.NCP_KIND)]  # fmt: skip
     active = next((p for p in policies if p["metadata"]["name"] == net.NCP_NAME), None)
     for other in policies:
         if other is not active:
             await _ignore(kube, obj=other)
-    state: str | None = None
-    ofed_configured = False
-    model: NicClusterPolicy | None = None
-    if active is not None:
-        try:
-            model = NicClusterPolicy.model_validate(active)
-            states: Sequence[NetState] | None = render_cluster_policy(model, facts)
-            failure = ""
-        except ValidationError as error:
-            log.error("NicClusterPolicy %s: %s", net.NCP_NAME, error)
-            states, failure = None, _first_line(error)
-        extra = None
-        if model is not None:
-            active_model = model
-
-            def extra(previous: Sequence[JSON]) -> JSON | None:
-                return not_deployed_condition(active_model, previous=previous, now=_now())
-
-        state, a, p = await _sync_owner(
-            kube, obj=active, states=states, namespace=namespace, failure=failure, extra=extra
-        )
-        applied, pruned = applied + a, pruned + p
-        ofed_configured = model is not None and model.spec.ofed_driver is not None
-    node_states: dict[str, str] = {}
-    nnp_nodes: set[str] = set()  # nodes whose OFED driver a NicNodePolicy manages
+    cluster, model = _cluster_owner(active, facts) if active is not None else (None, None)
     nnps = [{"apiVersion": net.API_VERSION, "kind": net.NNP_KIND, **p}
             for p in await kube.list_objects(net.API_VERSION, net.NNP_KIND)]  # fmt: skip
-    conflicts = node_policy_conflicts(policies=nnps, nodes=nodes, cluster_policy=active)
-    for nnp in nnps:
-        name = nnp["metadata"]["name"]
-        nnp_states: Sequence[NetState] | None = None
-        why = conflicts.get(name, "")
-        if not why:
-            try:
-                nnp_model = NicNodePolicy.model_validate(nnp)
-                nnp_states = render_node_policy(nnp_model, facts)
-                if nnp_model.spec.ofed_driver is not None:
-                    nnp_nodes |= _selected(nodes, nnp_model.spec.node_selector)
-            except ValidationError as error:
-                why = _first_line(error)
-        node_states[name], a, p = await _sync_owner(kube, obj=nnp, states=nnp_states, namespace=namespace, failure=why)
-        applied, pruned = applied + a, pruned + p
+    node_owners, nnp_nodes = _node_owners(nnps, nodes=nodes, facts=facts, active=active)
+    ofed_configured = model is not None and model.spec.ofed_driver is not None
     labelled = await label_mofed_wait(
         kube, nodes=nodes, namespace=namespace, ofed_configured=ofed_configured, nnp_nodes=nnp_nodes
     )
+    applied = pruned = 0
+    state: str | None = None
+    if cluster is not None:
+        state, applied, pruned = await _sync_owner(
+            kube, obj=cluster.obj, states=cluster.states, namespace=namespace, failure=cluster.failure,
+            extra=cluster.extra,
+        )  # fmt: skip
+    node_states: dict[str, str] = {}
+    for owner in node_owners:
+        name = owner.obj["metadata"]["name"]
+        node_states[name], a, p = await _sync_owner(
+            kube, obj=owner.obj, states=owner.states, namespace=namespace, failure=owner.failure
+        )
+        applied, pruned = applied + a, pruned + p
     return NetOutcome(
         policy=active["metadata"]["name"] if active else None, state=state, node_policies=node_states,
         applied=applied, pruned=pruned, labelled=labelled,
