@@ -70,7 +70,7 @@ def _at(obj: JSON, path: str) -> Any:
 
 
 def _crd(client: Client, name: str) -> JSON:
-    return client.get(CustomResourceDefinition, name).to_dict()  # type: ignore[no-any-return]
+    return client.get(CustomResourceDefinition, name).to_dict()
 
 
 @pytest.mark.timeout(300)
@@ -120,9 +120,10 @@ def test_upgrade_applies_the_network_crds_and_uninstall_keeps_the_nad_crd(
                      "ipam": '{"type": "host-local", "subnet": "192.0.2.0/24"}'}}  # fmt: skip
     client.apply(codecs.from_dict(ours), field_manager="test", force=True)
     wait_for(lambda: exists(client, NADResource, "crdhook-net", namespace), timeout=60, describe="the network's NAD")
-    theirs = {"apiVersion": net.NAD_API_VERSION, "kind": net.NAD_KIND, "metadata": {"name": "theirs"},
+    theirs = {"apiVersion": net.NAD_API_VERSION, "kind": net.NAD_KIND,
+              "metadata": {"name": "theirs", "namespace": namespace},
               "spec": {"config": '{"cniVersion": "0.3.1", "type": "bridge"}'}}  # fmt: skip
-    client.apply(codecs.from_dict(theirs), namespace=namespace, field_manager="test", force=True)
+    client.apply(codecs.from_dict(theirs), field_manager="test", force=True)
 
     local_cluster.helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "120s", timeout=150)
 

@@ -26,10 +26,10 @@ from pathlib import Path
 from gpu_operator.kube.api import Kube
 from gpu_operator.kube.connect import async_client
 from gpu_operator.kube.informer import RETRY_SECONDS as INFORMER_RETRY_SECONDS
-from gpu_operator.kube.informer import wait_synced
 from gpu_operator.kube.typed import AsyncClient
 from gpu_operator.reconcile.caches import operator_informers
 from gpu_operator.reconcile.clusterpolicy import Outcome, reconcile_once
+from gpu_operator.reconcile.process import run_operator
 from gpu_operator.render import OperatorSettings
 from gpu_operator.runtime.backoff import Backoff
 from gpu_operator.runtime.leader import (
@@ -139,23 +139,15 @@ class Operator:
         kube = Kube(self.client, informers=informers)
         self.kube = kube
         election = LeaderElection(store=kube, namespace=self.namespace, owner_pod=self.pod, on_elected=wake_all)
+        for informer in informers:
+            informer.retry_seconds = self.informer_retry_seconds
         try:
-            for informer in informers:
-                informer.retry_seconds = self.informer_retry_seconds
-                supervisor.spawn(f"informer {informer.kind} {dict(informer.labels) or ''}".strip(),
-                                 informer.run(stop=supervisor.stop))  # fmt: skip
-            await wait_synced(informers, stop=stop, timeout=SYNC_TIMEOUT)
-            if leader_election:
-                reconcile.gate = upgrade.gate = election.leading
-                supervisor.run_loop(Loop(name=LEASE, work=election.step, backoff=self._backoff()))
-            supervisor.run_loop(reconcile)
-            supervisor.run_loop(upgrade)
-            await stop.wait()
+            await run_operator(
+                supervisor=supervisor, informers=informers, election=election if leader_election else None,
+                loops=(reconcile, upgrade), stop=stop, sync_timeout=SYNC_TIMEOUT, backoff=self._backoff(),
+            )  # fmt: skip
         finally:
             self.kube = None
-            await supervisor.close()
-            if leader_election:
-                await election.release()
 
     async def _reconcile(self) -> Result:
         kube = self._running_kube()

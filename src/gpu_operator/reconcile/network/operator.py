@@ -19,12 +19,13 @@ from typing import Any
 
 from gpu_operator.kube.api import Kube
 from gpu_operator.kube.connect import async_client
-from gpu_operator.kube.informer import JSON, Informer, wait_synced, watching
+from gpu_operator.kube.informer import JSON, Informer, watching
 from gpu_operator.kube.slim import slim_node, slim_pod
 from gpu_operator.kube.typed import AsyncClient
 from gpu_operator.names import network as net
 from gpu_operator.reconcile.network.networks import reconcile_networks
 from gpu_operator.reconcile.network.policy import NetOutcome, reconcile_network_once
+from gpu_operator.reconcile.process import run_operator
 from gpu_operator.runtime.backoff import Backoff
 from gpu_operator.runtime.leader import RENEW_SECONDS, LeaderElection
 from gpu_operator.runtime.loop import Loop, LoopStats, Result
@@ -129,20 +130,12 @@ class NetworkOperator:
         election = LeaderElection(store=kube, namespace=self.namespace, owner_pod=self.pod, on_elected=wake_all,
                                   lease_name=net.LEASE_NAME)  # fmt: skip
         try:
-            for informer in informers:
-                supervisor.spawn(f"informer {informer.kind}", informer.run(stop=supervisor.stop))
-            await wait_synced(informers, stop=stop, timeout=SYNC_TIMEOUT)
-            if leader_election:
-                network.gate = upgrade.gate = election.leading
-                supervisor.run_loop(Loop(name=LEASE, work=election.step, backoff=Backoff()))
-            supervisor.run_loop(network)
-            supervisor.run_loop(upgrade)
-            await stop.wait()
+            await run_operator(
+                supervisor=supervisor, informers=informers, election=election if leader_election else None,
+                loops=(network, upgrade), stop=stop, sync_timeout=SYNC_TIMEOUT, backoff=Backoff(),
+            )  # fmt: skip
         finally:
             self.kube = None
-            await supervisor.close()
-            if leader_election:
-                await election.release()
 
     async def _reconcile(self) -> Result:
         kube = self._kube()
