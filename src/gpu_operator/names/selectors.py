@@ -121,3 +121,17 @@ def matches_text(labels: Mapping[str, str], text: str) -> bool:
     """Whether ``labels`` satisfy a selector string (an invalid one raises :class:`SelectorError`)."""
     selector = parse_selector(text, field="labelSelector")
     return selector is None or selector.matches(labels)
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """The Kubernetes rule: an empty effect matches every effect, an empty key with Exists every key."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    key = toleration.get("key") or ""
+    if not key:
+        return operator == "Exists"
+    if key != taint.get("key"):
+        return False
+    return operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or "")

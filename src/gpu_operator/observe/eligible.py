@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpu_operator.names.selectors import tolerates
+
 #: What the DaemonSet controller adds to every daemon pod (and network-unavailable for hostNetwork).
 DAEMON_TOLERATIONS: tuple[Mapping[str, str], ...] = (
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
@@ -30,20 +32,6 @@ HOST_NETWORK_TOLERATION = {
     "effect": "NoSchedule",
 }
 BLOCKING = ("NoSchedule", "NoExecute")
-
-
-def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """The Kubernetes rule: an empty effect matches every effect, an empty key with Exists every key."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    key = toleration.get("key") or ""
-    if not key:
-        return operator == "Exists"
-    if key != taint.get("key"):
-        return False
-    return operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def eligible_nodes(daemonset: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> int | None:

@@ -25,6 +25,7 @@ from gpu_operator.api.network.components import OFEDDriverSpec
 from gpu_operator.api.network.imagespec import GlobalConfig
 from gpu_operator.names import keys
 from gpu_operator.names import network as net
+from gpu_operator.names.selectors import tolerates
 from gpu_operator.render.network.facts import NetState, NicNode
 from gpu_operator.render.network.objects import (
     JSON,
@@ -92,26 +93,13 @@ class Pool:
         return f"{net.OFED_DS_PREFIX}{self.os}{self.version}-{kernel_hash(self.kernel)}{arch}{suffix}"
 
 
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    key = toleration.get("key") or ""
-    if not key:
-        return operator == "Exists"
-    if key != taint.get("key"):
-        return False
-    return operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or "")
-
-
 def eligible(node: NicNode, tolerations: Sequence[Mapping[str, Any]]) -> bool:
     """A NIC node whose scheduling taints the driver pods tolerate (PreferNoSchedule never blocks)."""
     if node.labels.get(net.NIC_PRESENT) != "true":
         return False
     every = [*tolerations, *_DAEMON_TOLERATIONS, {"key": "nvidia.com/gpu", "operator": "Exists"}]
     blocking = [t for t in node.taints if t.get("effect") in ("NoSchedule", "NoExecute")]
-    return all(any(_tolerates(tol, taint) for tol in every) for taint in blocking)
+    return all(any(tolerates(tol, taint) for tol in every) for taint in blocking)
 
 
 def pools(nodes: Sequence[NicNode], *, tolerations: Sequence[Mapping[str, Any]]) -> tuple[list[Pool], list[str]]:
