@@ -10,6 +10,7 @@ the tests see it in its restart count, not only in the nodeSelector.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -18,11 +19,13 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from lightkube import Client, codecs
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.types import PatchType
 
+from gpu_operator.cli.main import cli
 from gpu_operator.kube.api import NicClusterPolicyResource, NicNodePolicyResource
 from gpu_operator.kube.crds import install_crds
 from gpu_operator.localcluster.cluster import LocalCluster
@@ -37,6 +40,7 @@ JSON = dict[str, Any]
 CRDS = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 OFED_STATE_LABEL = f"nvidia.com/{net.OFED_DRIVER_NAME}-driver-upgrade-state"
 OFED_DRAIN_SKIP = f"nvidia.com/{net.OFED_DRIVER_NAME}-driver-upgrade-drain.skip"
+NEW_OFED = "25.07-0.9.7.0-0"
 IN_PROGRESS = {"cordon-required", "wait-for-jobs-required", "pod-deletion-required", "drain-required",
                "pod-restart-required", "validation-required", "uncordon-required"}  # fmt: skip
 
@@ -257,7 +261,7 @@ class _UpgradeWatch:
 @pytest.mark.timeout(600)
 def test_ofed_version_bump_rolls_every_node_within_max_parallel(
     client: Client, namespace: str, network_operator: NetworkOperatorThread, simulator: Simulator,
-    sim_nodes: SimNodesFactory,
+    sim_nodes: SimNodesFactory, local_cluster: LocalCluster, tmp_path: Path,
 ) -> None:  # fmt: skip
     nodes = sim_nodes(nic_node_requests(5))
     upgrade = {"autoUpgrade": True, "maxParallelUpgrades": 2,
@@ -278,11 +282,28 @@ def test_ofed_version_bump_rolls_every_node_within_max_parallel(
     before = {n: p.metadata.uid for n, p in _pods_by_node(client, namespace, net.OFED_DS_PREFIX).items()}  # type: ignore[union-attr]
     assert set(before) == set(nodes)
 
+    # The preview of the change, from the live cluster (a server-side dry run of the proposed policy).
+    proposed = _policy(rdma=False, sriov=False, upgrade=upgrade, ofed_version=NEW_OFED)
+    proposed_file = tmp_path / "ncp.yaml"
+    proposed_file.write_text(yaml.safe_dump(proposed), encoding="utf-8")
+    shown = CliRunner().invoke(cli, [
+        "upgrade", "plan", "--driver", "ofed", "--kubeconfig", str(local_cluster.kubeconfig_path),
+        "--namespace", namespace, "--policy", str(proposed_file), "-o", "json",
+    ])  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    report = json.loads(shown.output)
+    assert report["driver"] == "ofed"
+    waves = [sorted(w["nodes"]) for w in report["waves"]]
+    assert [len(w) for w in waves] == [2, 2, 1], waves
+    assert sorted(n for w in waves for n in w) == sorted(nodes)
+    assert not any((client.get(Node, n).metadata.labels or {}).get(OFED_STATE_LABEL) not in (None, "", "upgrade-done")  # type: ignore[union-attr]
+                   for n in nodes)  # the preview changed nothing  # fmt: skip
+
     watch = _UpgradeWatch(client, nodes=nodes, namespace=namespace)
     watch.thread.start()
     try:
         client.patch(NicClusterPolicyResource, net.NCP_NAME,
-                     {"spec": {"ofedDriver": {"version": "25.07-0.9.7.0-0"}}}, patch_type=PatchType.MERGE)  # fmt: skip
+                     {"spec": {"ofedDriver": {"version": NEW_OFED}}}, patch_type=PatchType.MERGE)  # fmt: skip
 
         def all_done() -> bool:
             states = {(client.get(Node, n).metadata.labels or {}).get(OFED_STATE_LABEL) for n in nodes}  # type: ignore[union-attr]
