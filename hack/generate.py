@@ -2,8 +2,8 @@
 (the GPU operator's ones from deploy/crds), the Network Operator chart's CRDs (the mellanox.com ones and
 the NetworkAttachmentDefinition), the operators' RBAC templates (from src/gpu_operator/render/rbac.py and
 render/network_rbac.py), both charts' CRD hook Jobs and their rules (render/crdhooks.py) and the
-reference (docs/reference/ clusterpolicy.md and nvidiadriver.md, from the CRDs; exporter-fields.md,
-from the exporter's field table).
+reference (docs/reference/ clusterpolicy.md, nvidiadriver.md, nicclusterpolicy.md, nicnodepolicy.md and
+networks.md, from the CRDs and upstream's facts files; exporter-fields.md, from the exporter's field table).
 
 Run after `gpu-operator crds --output-dir deploy/crds` (``make generate`` does both). With ``--check``
 nothing is written and the exit status is 1 when a file would change (the golden tests check the
@@ -20,11 +20,21 @@ import yaml
 
 from gpu_operator.agents.exporter.fieldsdoc import fields_markdown
 from gpu_operator.api.crd import crds
-from gpu_operator.api.fieldpaths import parse_facts, spec_fields
+from gpu_operator.api.fieldpaths import FieldFacts, parse_facts, spec_fields
 from gpu_operator.cli.crds import render_crd_files
 from gpu_operator.render.chart import chart_crd_files, network_rbac_template, rbac_template
 from gpu_operator.render.crdhooks import HOOK_CHARTS, crd_hook_rules_template, crd_hooks_template
-from gpu_operator.render.reference import DRIVER_OWNERS, POLICY_OWNERS, reference_markdown
+from gpu_operator.render.reference import (
+    DRIVER_OWNERS,
+    GPU_UPSTREAM,
+    NCP_OWNERS,
+    NETWORK_OWNERS,
+    NETWORK_UPSTREAM,
+    NNP_OWNERS,
+    POLICY_OWNERS,
+    networks_markdown,
+    reference_markdown,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "deploy" / "crds"
@@ -37,17 +47,39 @@ UPSTREAM = REPO / "tests" / "data" / "upstream"
 REFERENCES = {
     "clusterpolicy.md": ("ClusterPolicy", "nvidia.com_clusterpolicies.yaml", "clusterpolicy", POLICY_OWNERS),
     "nvidiadriver.md": ("NVIDIADriver", "nvidia.com_nvidiadrivers.yaml", "nvidiadriver", DRIVER_OWNERS),
+    "nicclusterpolicy.md": ("NicClusterPolicy", "mellanox.com_nicclusterpolicies.yaml", "nicclusterpolicy", NCP_OWNERS),
+    "nicnodepolicy.md": ("NicNodePolicy", "mellanox.com_nicnodepolicies.yaml", "nicnodepolicy", NNP_OWNERS),
 }
+#: The network kinds share one page, a section each: (kind, CRD file, upstream facts file); NETWORK_OWNERS.
+NETWORK_REFERENCES = {
+    "networks.md": (
+        ("MacvlanNetwork", "mellanox.com_macvlannetworks.yaml", "macvlannetwork"),
+        ("HostDeviceNetwork", "mellanox.com_hostdevicenetworks.yaml", "hostdevicenetwork"),
+        ("IPoIBNetwork", "mellanox.com_ipoibnetworks.yaml", "ipoibnetwork"),
+    ),
+}
+
+
+def _fields(crd_file: str, facts: str) -> tuple[dict[str, FieldFacts], frozenset[str]]:
+    """A generated CRD's spec fields and the paths upstream's CRD has (its facts file)."""
+    crd = yaml.safe_load((CRDS / crd_file).read_text(encoding="utf-8"))
+    facts_path = UPSTREAM / f"{facts}-v26.7.fields.tsv"
+    upstream = frozenset(parse_facts(facts_path.read_text(encoding="utf-8"), source=str(facts_path)))
+    return spec_fields(crd), upstream
 
 
 def reference_pages() -> dict[Path, str]:
     """The configuration reference pages, from the generated CRDs and upstream's facts files."""
     pages = {}
     for page, (kind, crd_file, facts, owners) in REFERENCES.items():
-        crd = yaml.safe_load((CRDS / crd_file).read_text(encoding="utf-8"))
-        facts_path = UPSTREAM / f"{facts}-v26.7.fields.tsv"
-        upstream = frozenset(parse_facts(facts_path.read_text(encoding="utf-8"), source=str(facts_path)))
-        pages[DOCS / page] = reference_markdown(kind=kind, fields=spec_fields(crd), upstream=upstream, owners=owners)
+        fields, upstream = _fields(crd_file, facts)
+        name = NETWORK_UPSTREAM if crd_file.startswith("mellanox.com_") else GPU_UPSTREAM
+        pages[DOCS / page] = reference_markdown(
+            kind=kind, fields=fields, upstream=upstream, owners=owners, upstream_name=name
+        )
+    for page, kinds in NETWORK_REFERENCES.items():
+        tables = [(kind, *_fields(crd_file, facts)) for kind, crd_file, facts in kinds]
+        pages[DOCS / page] = networks_markdown(tables, owners=NETWORK_OWNERS)
     return pages
 
 

@@ -7,6 +7,10 @@ repository (the tool library's ``fetch``), for example::
     python hack/upstream-crd-facts.py --crd /tmp/cp.yaml --source "NVIDIA/gpu-operator v26.7.0 ..." \
         --output tests/data/upstream/clusterpolicy-v26.7.fields.tsv
 
+The Network Operator's (``nicclusterpolicy``, ``nicnodepolicy``, ``macvlannetwork``,
+``hostdevicenetwork``, ``ipoibnetwork``) come the same way from Mellanox/network-operator's
+``config/crd/bases/mellanox.com_<plural>.yaml`` on its v26.7.x branch, the commit in ``--source``.
+
 Only field names, types and defaults are kept: descriptions are not copied.
 """
 

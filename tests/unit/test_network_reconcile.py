@@ -230,3 +230,13 @@ def test_a_section_no_state_deploys_is_named_in_a_condition_and_an_event() -> No
     _run(api)  # a second pass neither repeats the Event nor changes the condition
     events = [v for k, v in api.objects.items() if k[1] == "events" and v.get("reason") == "SectionsNotDeployed"]
     assert len(events) == 1
+
+
+def test_safe_load_not_acted_on_is_said_not_silently_ignored() -> None:
+    ofed = {**_image("doca-driver"), "upgradePolicy": {"autoUpgrade": True, "safeLoad": True}}
+    api = _cluster({"ofedDriver": ofed})
+    _run(api)
+    conditions = _status(api, "nicclusterpolicies", net.NCP_NAME)["conditions"]
+    named = [c for c in conditions if c["type"] == "SectionsNotDeployed"]
+    assert len(named) == 1
+    assert "safeLoad" in named[0]["message"]

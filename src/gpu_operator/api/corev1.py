@@ -1,4 +1,4 @@
-"""Typed core/v1 pod settings the CRDs accept: pod security context and node affinity.
+"""Typed core/v1 pod settings the CRDs accept: pod security context, node affinity, environment variables.
 
 Upstream's CRDs embed the Kubernetes types, so the API server checks every nested field; modelling
 them here (instead of a free-form object) gives the same schema in our CRDs and the same errors
@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, opt
+from gpu_operator.api.base import ApiModel, EnvVar, Quantity, Rule, opt
 
 
 class SELinuxOptions(ApiModel):
@@ -101,6 +101,62 @@ class NodeAffinity(ApiModel):
     required_during_scheduling_ignored_during_execution: NodeSelector | None = opt(
         description="Requirements a node must meet to run the pod."
     )
+
+
+class KeySelector(ApiModel):
+    """A key of a ConfigMap or Secret in the pod's namespace (core/v1 ConfigMapKeySelector, SecretKeySelector)."""
+
+    key: str = Field(description="The key to select.")
+    name: str = Field(default="", description="Name of the ConfigMap or Secret.")
+    optional: bool | None = opt(description="Whether the object or its key may be missing.")
+
+
+class ObjectFieldSelector(ApiModel):
+    """A field of the pod (core/v1 ObjectFieldSelector), e.g. spec.nodeName."""
+
+    api_version: str | None = opt(description="Version of the schema fieldPath is written in; default: v1.")
+    field_path: str = Field(description="Path of the field to select.")
+
+
+class ResourceFieldSelector(ApiModel):
+    """A resource limit or request of a container (core/v1 ResourceFieldSelector)."""
+
+    container_name: str | None = opt(description="The container; default: this one.")
+    divisor: Quantity | None = opt(description="Unit the value is given in; default: 1.")
+    resource: str = Field(description="The resource, e.g. limits.memory.")
+
+
+#: The sources of an EnvVarSource, by JSON name and Python name (fileKeyRef is left out: it names a
+#: volume of the pod, and the pods these settings go to have none a user could name).
+_ENV_SOURCES = {
+    "configMapKeyRef": "config_map_key_ref",
+    "fieldRef": "field_ref",
+    "resourceFieldRef": "resource_field_ref",
+    "secretKeyRef": "secret_key_ref",
+}
+
+
+class EnvVarSource(ApiModel):
+    """Where an environment variable's value comes from: exactly one of these (core/v1 EnvVarSource)."""
+
+    rules = (
+        Rule(
+            cel=" + ".join(f"(has(self.{s}) ? 1 : 0)" for s in _ENV_SOURCES) + " == 1",
+            message=f"must set exactly one of {', '.join(_ENV_SOURCES)}",
+            check=lambda s: sum(getattr(s, name) is not None for name in _ENV_SOURCES.values()) == 1,
+        ),
+    )
+
+    config_map_key_ref: KeySelector | None = opt(description="A key of a ConfigMap.")
+    field_ref: ObjectFieldSelector | None = opt(description="A field of the pod.")
+    resource_field_ref: ResourceFieldSelector | None = opt(description="A resource limit or request.")
+    secret_key_ref: KeySelector | None = opt(description="A key of a Secret.")
+
+
+class CoreEnvVar(EnvVar):
+    """An environment variable with a literal value or one taken from elsewhere (core/v1 EnvVar)."""
+
+    value_from: EnvVarSource | None = opt(description="Where the value comes from; not with value.")
 
 
 def to_pod_field(model: ApiModel | None) -> dict[str, Any] | None:

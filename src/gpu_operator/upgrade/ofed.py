@@ -11,11 +11,12 @@ the NicClusterPolicy named ``nic-cluster-policy`` (partition ``""``) and of each
   ``nvidia.com/ofed-driver-upgrade-drain.skip!=true`` appended, so the operator never evicts itself;
 - no validator: the node moves on once its new OFED pod is Ready.
 
-``safeLoad`` is the OFED container's business (the renderer); the controller honours the safe-load
-annotation for every driver. The policies come as the API returns them; the upgrade policy is read
-with its API model (``api.network.components``), so defaults match the CRD. :func:`node_partition`
-says which NicNodePolicy a node follows while its driver pod is gone (its nodeSelector matches; the
-reconciler rejects overlapping ones).
+``safeLoad`` needs the OFED pod's init container to set the safe-load annotation and wait; that
+container is not rendered yet (it comes with the OFED agent), so today the setting has no effect. The
+controller already honours the annotation for every driver. The policies come as the API returns them;
+the upgrade policy is read with its API model (``api.network.components``), so defaults match the CRD.
+:func:`node_partition` says which NicNodePolicy a node follows while its driver pod is gone (its
+nodeSelector matches; the reconciler rejects overlapping ones).
 """
 
 from __future__ import annotations

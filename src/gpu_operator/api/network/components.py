@@ -13,7 +13,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, Condition, EnvVar, Rule, opt
+from gpu_operator.api.base import ApiModel, Condition, Rule, opt
+from gpu_operator.api.corev1 import CoreEnvVar
 from gpu_operator.api.network.imagespec import ImageSpec
 from gpu_operator.api.network.jsonconfig import is_json_object, rdma_config_ok, sriov_config_ok
 
@@ -91,7 +92,7 @@ class OFEDDriverSpec(ImageSpec):
     startup_probe: PodProbeSpec | None = opt(description="Startup probe (waits for .driver-ready).")
     liveness_probe: PodProbeSpec | None = opt(description="Liveness probe.")
     readiness_probe: PodProbeSpec | None = opt(description="Readiness probe.")
-    env: list[EnvVar] | None = opt(description="Environment variables of the driver container.")
+    env: list[CoreEnvVar] | None = opt(description="Environment variables of the driver container.")
     upgrade_policy: DriverUpgradePolicySpec | None = opt(description="Automatic driver upgrades.")
     cert_config: ConfigMapNameReference | None = opt(description="ConfigMap of custom TLS certificates.")
     repo_config: ConfigMapNameReference | None = opt(description="ConfigMap of custom package repositories.")

@@ -14,8 +14,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, EnvVar, FieldRule, ObjectMeta, Rule, Toleration, opt, section
-from gpu_operator.api.corev1 import NodeAffinity
+from gpu_operator.api.base import ApiModel, FieldRule, ObjectMeta, Rule, Toleration, opt, section
+from gpu_operator.api.corev1 import CoreEnvVar, NodeAffinity
 from gpu_operator.api.network.components import (
     CONFIG_JSON_RULE,
     AppliedState,
@@ -130,7 +130,7 @@ class NicConfigurationOperatorSpec(ApiModel):
 
     operator: ImageSpec = Field(description="Image of the operator.")
     configuration_daemon: ImageSpec = Field(description="Image of the configuration daemon.")
-    env: list[EnvVar] | None = opt(description="Environment of the operator and daemon containers.")
+    env: list[CoreEnvVar] | None = opt(description="Environment of the operator and daemon containers.")
     nic_firmware_storage: NicFirmwareStorageSpec | None = opt(description="Firmware storage; absent: none.")
     log_level: Literal["info", "debug"] = Field(default="info", description="Log verbosity.")
 

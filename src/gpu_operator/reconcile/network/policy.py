@@ -121,9 +121,14 @@ def not_deployed_condition(model: NicClusterPolicy, *, previous: Sequence[JSON],
     """A condition naming the sections set in the policy that nothing here deploys, so they are not
     silently missing (upstream's users lost components silently when ``deployCR`` went away)."""
     names = [json for json, attr in _NO_STATE.items() if getattr(model.spec, attr) is not None]
-    if not names:
+    ofed = model.spec.ofed_driver
+    safe_load = ofed is not None and ofed.upgrade_policy is not None and ofed.upgrade_policy.safe_load
+    if not names and not safe_load:
         return None
-    message = f"{', '.join(names)}: set, but this operator has no state for them; nothing was deployed"
+    parts = [f"{', '.join(names)}: set, but this operator has no state for them; nothing was deployed"] if names else []
+    if safe_load:  # the OFED pod's safe-load init container is not rendered yet (it comes with the OFED agent)
+        parts.append("ofedDriver.upgradePolicy.safeLoad: set, but not acted on yet; upgrades run without it")
+    message = "; ".join(parts)
     before = next((c for c in previous if c.get("type") == NOT_DEPLOYED), None)
     since = str(before["lastTransitionTime"]) if before and before.get("message") == message else now
     return {"type": NOT_DEPLOYED, "status": "True", "reason": "NoState", "message": message,
