@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from gpu_operator.observe.eligible import eligible_nodes, tolerates
+from gpu_operator.names.selectors import tolerates
+from gpu_operator.observe.eligible import eligible_nodes
 from gpu_operator.observe.readiness import daemonset_readiness
 
 JSON = dict[str, Any]
