@@ -2,8 +2,8 @@
 
 Every test under ``tests/<tier>/`` gets the ``<tier>`` marker here (no file sets its own), so
 ``pytest -m contract`` and ``pytest tests/contract`` select the same tests. Unit tests also get a
-2-second timeout unless they carry a ``timeout`` mark of their own; the socket ban of the unit tier
-lives in ``tests/unit/conftest.py``. Tier fixtures live in each tier's conftest.
+2-second timeout unless they carry a ``timeout`` mark of their own, and tiers run in ``RUN_ORDER``;
+the socket ban of the unit tier lives in ``tests/unit/conftest.py``. Tier fixtures live in each tier's conftest.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ SAMPLES = REPO / "deploy" / "samples"
 INVALID = TESTS / "data" / "invalid"
 
 TIERS = ("unit", "golden", "contract", "integration", "e2e", "gpu")
+#: The order tiers run in: the fast ones first, so a broken unit test fails a run in a minute, and the
+#: session's control plane last, so its teardown (seconds: it stops etcd and the API server) falls on an
+#: integration test's timeout and never on a unit test's 2 seconds.
+RUN_ORDER = ("unit", "golden", "contract", "gpu", "e2e", "integration")
 UNIT_TIMEOUT_S = 2
 
 
@@ -31,6 +35,8 @@ def tier_of(path: Path) -> str | None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A stable sort: within a tier, files and tests keep pytest's order.
+    items.sort(key=lambda item: RUN_ORDER.index(tier) if (tier := tier_of(item.path)) in RUN_ORDER else len(RUN_ORDER))
     for item in items:
         tier = tier_of(item.path)
         if tier is None:
