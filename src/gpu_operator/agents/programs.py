@@ -19,8 +19,13 @@ from gpu_operator.agents.exporter import program as exporter
 from gpu_operator.agents.gfd import program as feature_discovery
 from gpu_operator.agents.migmanager import program as mig_manager
 from gpu_operator.agents.mps import program as mps_control_daemon
+from gpu_operator.agents.nicfd import program as nic_feature_discovery
 from gpu_operator.agents.nodestatus import program as node_status_exporter
+from gpu_operator.agents.ofed import program as ofed_driver
+from gpu_operator.agents.ofed import safeload as ofed_safe_load
+from gpu_operator.agents.rdmadp import program as rdma_shared_dp
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.sriovdp import program as sriov_dp
 from gpu_operator.agents.toolkit import program as toolkit
 from gpu_operator.agents.validator import program as validator
 
@@ -49,5 +54,10 @@ PROGRAMS: MappingProxyType[str, Program] = MappingProxyType(
         "nvidia-peermem": peermem.main,
         "gpu-discovery": gpu_discovery.main,
         "mps-control-daemon": mps_control_daemon.main,
+        "rdma-shared-dp": rdma_shared_dp.main,
+        "sriov-dp": sriov_dp.main,
+        "nic-feature-discovery": nic_feature_discovery.main,
+        "ofed-driver": ofed_driver.main,
+        "ofed-safe-load": ofed_safe_load.main,
     }
 )

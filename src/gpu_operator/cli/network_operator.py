@@ -7,6 +7,7 @@ Same image and flags as ``gpu-operator operator``: ``OPERATOR_NAMESPACE`` is man
 from __future__ import annotations
 
 import asyncio
+import os
 
 import click
 
@@ -16,6 +17,7 @@ from gpu_operator.reconcile.endpoints import Renders
 from gpu_operator.reconcile.network.metrics import NetworkMetrics
 from gpu_operator.reconcile.network.operator import NetworkOperator
 from gpu_operator.reconcile.network.policy import NetOutcome
+from gpu_operator.render.facts import OperatorSettings
 
 
 @click.command("network-operator")
@@ -30,7 +32,8 @@ def network_operator_command(
     """Reconcile NicClusterPolicies, NicNodePolicies and networks until SIGTERM."""
 
     def build(client: AsyncClient, ready: asyncio.Event) -> tuple[Process, Renders]:
-        op = NetworkOperator(client=client, namespace=namespace, pod=pod_from_env())
+        agent_image = OperatorSettings.from_env(os.environ).agent_image  # AGENT_IMAGE: our agents' image
+        op = NetworkOperator(client=client, namespace=namespace, pod=pod_from_env(), agent_image=agent_image)
         metrics = NetworkMetrics(loops=op.metric_lines)
 
         async def observed(outcome: NetOutcome) -> None:

@@ -1,4 +1,4 @@
-"""The agents' access to their own Node: labels read and merge-patched, and GFD's NodeFeature applied.
+"""The agents' access to their own Node: labels and annotations read and merge-patched, GFD's NodeFeature applied.
 
 :class:`LightkubeNode` implements ``agents.runtime.NodeAccess`` over lightkube with the pod's service
 account (made lazily: only real nodes need it), or over a client the caller gives (tests pass one on
@@ -38,6 +38,18 @@ class LightkubeNode:
 
         # A merge patch: null removes a label, other labels on the node stay untouched.
         await self._api().patch(Node, self.name, {"metadata": {"labels": dict(changes)}})
+
+    async def annotations(self) -> dict[str, str]:
+        from lightkube.resources.core_v1 import Node  # noqa: PLC0415
+
+        node = await self._api().get(Node, self.name)
+        return dict(node.metadata.annotations or {})
+
+    async def patch_annotations(self, changes: Mapping[str, str | None]) -> None:
+        from lightkube.resources.core_v1 import Node  # noqa: PLC0415
+
+        # A merge patch, as for labels (the OFED safe-load init container's annotation).
+        await self._api().patch(Node, self.name, {"metadata": {"annotations": dict(changes)}})
 
     async def apply_node_feature(self, body: Mapping[str, Any]) -> None:
         """Server-side apply of GFD's NFD NodeFeature object."""

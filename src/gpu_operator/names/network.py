@@ -79,3 +79,19 @@ NV_IPAM_NODE_CONTAINER = "nv-ipam-node"
 NV_IPAM_CONTROLLER_CONTAINER = "nv-ipam-controller"
 NIC_FD_CONTAINER = "nic-feature-discovery"
 DOCA_TELEMETRY_CONTAINER = "doca-telemetry-service"
+
+# --- NIC feature discovery (agent nic-feature-discovery) -----------------------------------------------
+#: Upstream nic-feature-discovery's one label: the out-of-tree mlx5_core version (/sys/module/mlx5_core/version).
+NIC_FD_MOFED_VERSION = "nvidia.com/mofed.version"
+#: This operator's own NIC labels; the agent owns every key under this prefix (and the one above).
+NIC_FD_PREFIX = "network.nvidia.com/nic."
+NIC_FD_COUNT = f"{NIC_FD_PREFIX}count"  # Mellanox physical functions (ports)
+NIC_FD_PRODUCT = f"{NIC_FD_PREFIX}product"  # the most common PF product, sanitised: ConnectX-6-Dx
+NIC_FD_DRIVER = f"{NIC_FD_PREFIX}driver"  # the PFs' kernel driver: mlx5_core
+NIC_FD_ETHERNET_COUNT = f"{NIC_FD_PREFIX}ethernet.count"  # PFs whose netdev is Ethernet
+NIC_FD_INFINIBAND_COUNT = f"{NIC_FD_PREFIX}infiniband.count"  # PFs whose netdev is IPoIB
+NIC_FD_RDMA = f"{NIC_FD_PREFIX}rdma"  # "true" when a PF has an RDMA device with its char devices
+NIC_FD_RDMA_NETNS_MODE = f"{NIC_FD_PREFIX}rdma.netns-mode"  # shared | exclusive (absent when unknown)
+NIC_FD_SRIOV_CAPABLE = f"{NIC_FD_PREFIX}sriov.capable"  # "true" when a PF has sriov_totalvfs > 0
+NIC_FD_SRIOV_VFS = f"{NIC_FD_PREFIX}sriov.vfs"  # VFs configured over all PFs (sriov_numvfs)
+NIC_FD_INTERVAL_ENV = "NIC_FD_INTERVAL"  # seconds between scans (60 by default, like upstream's 1m)

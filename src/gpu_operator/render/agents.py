@@ -27,6 +27,11 @@ AGENTS = frozenset(
         "nvidia-peermem",
         "gpu-discovery",
         "mps-control-daemon",
+        "rdma-shared-dp",
+        "sriov-dp",
+        "nic-feature-discovery",
+        "ofed-driver",
+        "ofed-safe-load",
     }
 )
 

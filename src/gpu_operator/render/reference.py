@@ -51,9 +51,12 @@ DRIVER_OWNERS: Mapping[str, str] = {
 
 _OFED_UPGRADE = "the OFED upgrade controller (ofed-upgrade: rolling driver upgrades, driver ofed)"
 _NOT_DEPLOYED = "none: accepted, no state deploys it (SectionsNotDeployed condition)"
-#: state-OFED renders no safe-load init container (upstream's network-operator-init-container), so
-#: nothing sets the node annotation the upgrade controller would wait on.
-_SAFE_LOAD = f"none yet: {net.STATE_OFED} has no safe-load init container ({net.OFED_INIT_CONTAINER})"
+#: Only our OFED agent's pods get the safe-load init container (``ofed-safe-load``, upstream's name
+#: network-operator-init-container); with upstream's OFED image nothing sets the node annotation.
+_SAFE_LOAD = (
+    f"{net.STATE_OFED} with this operator's image: its init container {net.OFED_INIT_CONTAINER} "
+    "(ofed-safe-load); upstream's image: none (SectionsNotDeployed condition)"
+)
 _DAEMONSET_STATES = "every state's DaemonSets"
 
 #: Owners of NicClusterPolicy paths: the state (``names.network.STATES``) that renders each section.

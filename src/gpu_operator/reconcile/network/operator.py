@@ -26,6 +26,7 @@ from gpu_operator.names import network as net
 from gpu_operator.reconcile.network.networks import reconcile_networks
 from gpu_operator.reconcile.network.policy import NetOutcome, reconcile_network_once
 from gpu_operator.reconcile.process import run_operator
+from gpu_operator.render.facts import DEFAULT_AGENT_IMAGE
 from gpu_operator.runtime.backoff import Backoff
 from gpu_operator.runtime.leader import RENEW_SECONDS, LeaderElection
 from gpu_operator.runtime.loop import Loop, LoopStats, Result
@@ -96,6 +97,8 @@ class NetworkOperator:
     kube: Kube | None = None
     supervisor: Supervisor | None = None
     max_driver_restarts: int = MAX_DRIVER_RESTARTS
+    #: This operator's image (``AGENT_IMAGE``): a section naming its repository runs our agents.
+    agent_image: str = DEFAULT_AGENT_IMAGE
     reconcile_stats: LoopStats = field(default_factory=LoopStats)
     upgrade_stats: LoopStats = field(default_factory=LoopStats)
 
@@ -139,7 +142,7 @@ class NetworkOperator:
 
     async def _reconcile(self) -> Result:
         kube = self._kube()
-        self.last = await reconcile_network_once(kube, namespace=self.namespace)
+        self.last = await reconcile_network_once(kube, namespace=self.namespace, agent_image=self.agent_image)
         await reconcile_networks(kube)
         if self.on_outcome is not None:
             await self.on_outcome(self.last)

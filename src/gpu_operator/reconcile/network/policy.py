@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpu_operator.api.network.imagespec import image_of
 from gpu_operator.api.network.nicclusterpolicy import NicClusterPolicy
 from gpu_operator.api.network.nicnodepolicy import NicNodePolicy
 from gpu_operator.kube.api import JSON, Kube
@@ -34,6 +35,8 @@ from gpu_operator.observe.network import (
     state_result,
 )
 from gpu_operator.reconcile.network.apply import converge
+from gpu_operator.render.facts import DEFAULT_AGENT_IMAGE
+from gpu_operator.render.implementations import repository_of
 from gpu_operator.render.network import NetState, NicFacts, NicNode, render_cluster_policy, render_node_policy
 
 log = logging.getLogger(__name__)
@@ -63,10 +66,11 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def facts_of(nodes: Sequence[JSON], *, namespace: str) -> NicFacts:
-    """The typed node facts the renderer reads."""
+def facts_of(nodes: Sequence[JSON], *, namespace: str, agent_image: str = DEFAULT_AGENT_IMAGE) -> NicFacts:
+    """The typed node facts the renderer reads (``agent_image``: the operator's own, ``AGENT_IMAGE``)."""
     return NicFacts(
         namespace=namespace,
+        agent_image=agent_image,
         nodes=tuple(
             NicNode(
                 name=n["metadata"]["name"],
@@ -117,17 +121,32 @@ NOT_DEPLOYED = "SectionsNotDeployed"
 _NO_STATE = {"nicConfigurationOperator": "nic_configuration_operator", "spectrumXOperator": "spectrum_x_operator"}
 
 
-def not_deployed_condition(model: NicClusterPolicy, *, previous: Sequence[JSON], now: str) -> JSON | None:
+def _ofed_is_ours(model: NicClusterPolicy, agent_image: str) -> bool:
+    ofed = model.spec.ofed_driver
+    try:
+        return ofed is not None and repository_of(image_of(ofed, model.spec.global_)) == repository_of(agent_image)
+    except ValueError:  # no image at all: rendering reports it
+        return False
+
+
+def not_deployed_condition(
+    model: NicClusterPolicy, *, previous: Sequence[JSON], now: str, agent_image: str = DEFAULT_AGENT_IMAGE
+) -> JSON | None:
     """A condition naming the sections set in the policy that nothing here deploys, so they are not
-    silently missing (upstream's users lost components silently when ``deployCR`` went away)."""
+    silently missing (upstream's users lost components silently when ``deployCR`` went away). ``safeLoad``
+    is acted on by our OFED agent's init container only; with upstream's OFED image it is named here."""
     names = [json for json, attr in _NO_STATE.items() if getattr(model.spec, attr) is not None]
     ofed = model.spec.ofed_driver
-    safe_load = ofed is not None and ofed.upgrade_policy is not None and ofed.upgrade_policy.safe_load
+    safe_load = ofed is not None and ofed.upgrade_policy is not None and bool(ofed.upgrade_policy.safe_load)
+    safe_load = safe_load and not _ofed_is_ours(model, agent_image)
     if not names and not safe_load:
         return None
     parts = [f"{', '.join(names)}: set, but this operator has no state for them; nothing was deployed"] if names else []
-    if safe_load:  # the OFED pod's safe-load init container is not rendered yet (it comes with the OFED agent)
-        parts.append("ofedDriver.upgradePolicy.safeLoad: set, but not acted on yet; upgrades run without it")
+    if safe_load:  # upstream's init container is not rendered; ours (ofed-safe-load) runs with our image only
+        parts.append(
+            "ofedDriver.upgradePolicy.safeLoad: set, but acted on only when ofedDriver names this operator's "
+            "image (its ofed-safe-load init container); upgrades run without it"
+        )
     message = "; ".join(parts)
     before = next((c for c in previous if c.get("type") == NOT_DEPLOYED), None)
     since = str(before["lastTransitionTime"]) if before and before.get("message") == message else now
@@ -231,7 +250,7 @@ def _cluster_owner(active: JSON, facts: NicFacts) -> tuple[_Owner, NicClusterPol
         return _Owner(obj=active, states=None, failure=_first_line(error)), None
 
     def extra(previous: Sequence[JSON]) -> JSON | None:
-        return not_deployed_condition(model, previous=previous, now=_now())
+        return not_deployed_condition(model, previous=previous, now=_now(), agent_image=facts.agent_image)
 
     return _Owner(obj=active, states=render_cluster_policy(model, facts), extra=extra), model
 
@@ -258,13 +277,13 @@ def _node_owners(
     return owners, nnp_nodes
 
 
-async def reconcile_network_once(kube: Kube, *, namespace: str) -> NetOutcome:
+async def reconcile_network_once(kube: Kube, *, namespace: str, agent_image: str = DEFAULT_AGENT_IMAGE) -> NetOutcome:
     """One full pass (see the module docstring); running it twice in a row writes nothing the second time.
 
     The ``mofed.wait`` labels are written before anything is applied: a device plugin DaemonSet
     created in this pass must find every node whose driver is not up yet already closed."""
     nodes = await kube.list_objects("v1", "Node")
-    facts = facts_of(nodes, namespace=namespace)
+    facts = facts_of(nodes, namespace=namespace, agent_image=agent_image)
     policies = [{"apiVersion": net.API_VERSION, "kind": net.NCP_KIND, **p}
                 for p in await kube.list_objects(net.API_VERSION, net.NCP_KIND)]  # fmt: skip
     active = next((p for p in policies if p["metadata"]["name"] == net.NCP_NAME), None)

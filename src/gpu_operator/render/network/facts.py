@@ -1,7 +1,9 @@
 """What the Network Operator renderer reads about the cluster, and what it returns per state (pure).
 
-Inputs: :class:`NicFacts`, the operator's namespace and the nodes reduced to name, labels and taints
-(:func:`nic_node` builds one from a Node object). Output: one :class:`NetState` per state.
+Inputs: :class:`NicFacts`, the operator's namespace, the nodes reduced to name, labels and taints
+(:func:`nic_node` builds one from a Node object) and this operator's agent image (a section naming an
+image of the same repository runs our agent, ``gpu-operator agent NAME``, instead of upstream's
+program). Output: one :class:`NetState` per state.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpu_operator.render.facts import DEFAULT_AGENT_IMAGE
 
 JSON = dict[str, Any]
 
@@ -26,6 +30,7 @@ class NicNode:
 class NicFacts:
     namespace: str
     nodes: tuple[NicNode, ...] = ()
+    agent_image: str = DEFAULT_AGENT_IMAGE  # the operator's AGENT_IMAGE
 
 
 @dataclass(frozen=True, kw_only=True)

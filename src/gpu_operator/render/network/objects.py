@@ -5,7 +5,11 @@ Every object carries ``STATE_LABEL=<state>``; objects of a NicNodePolicy also
 another's. No owner reference and no revision hash here: the reconciler adds both.
 
 :class:`Placement` binds who renders (the NicClusterPolicy or one NicNodePolicy) to where its pods
-go, so the state builders only say what their objects are.
+go, so the state builders only say what their objects are. It also carries this operator's agent
+image: a section whose image has the same repository (:func:`runs_agent`, the rule of
+``render.implementations``) runs our agent (:func:`agent_fields`: ``gpu-operator agent NAME``, the
+host's root under ``HOST_ROOT=/host``, the node name from the downward API, a readiness probe on the
+agent's ready file) instead of upstream's command; any other image keeps upstream's rendering.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from pydantic import BaseModel
 
 from gpu_operator.api.network.imagespec import GlobalConfig, ImageSpec, image_of, pull_secrets_of
 from gpu_operator.names import network as net
+from gpu_operator.render.agents import EXECUTABLE
+from gpu_operator.render.catalog import READY_FILE
+from gpu_operator.render.implementations import repository_of
 
 JSON = dict[str, Any]
 
@@ -71,6 +78,7 @@ class Placement:
     deployment_tolerations: tuple[JSON, ...] = ()
     pod_labels: Mapping[str, str] = field(default_factory=dict)
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    agent_image: str = ""  # this operator's image; "" renders upstream's programs only
 
     def labels(self, state: str) -> dict[str, str]:
         out = {net.STATE_LABEL: state}
@@ -307,6 +315,42 @@ def deployment(
             "template": {"metadata": {"labels": {**app, **place.labels(state)}}, "spec": spec},
         },
     }
+
+
+# --- our agents --------------------------------------------------------------------------------------
+
+HOST_ROOT = "/host"
+#: The host's sysfs (read-only) and device nodes, where the NIC agents find the NICs (``HOST_ROOT``).
+AGENT_HOST_VOLUMES: tuple[JSON, ...] = (
+    {"name": "host-sys", "hostPath": {"path": "/sys"}},
+    {"name": "host-dev", "hostPath": {"path": "/dev"}},
+)
+AGENT_HOST_MOUNTS: tuple[JSON, ...] = (
+    {"name": "host-sys", "mountPath": f"{HOST_ROOT}/sys", "readOnly": True},
+    {"name": "host-dev", "mountPath": f"{HOST_ROOT}/dev"},
+)
+
+
+def runs_agent(image: Image, place: Placement) -> bool:
+    """The section's image is this operator's (same repository, any tag or digest): it runs our agent."""
+    return bool(place.agent_image) and repository_of(image.ref) == repository_of(place.agent_image)
+
+
+def agent_probe() -> JSON:
+    """Ready once the agent says so: ``gpu-operator agent`` touches the ready file (as the GPU operands)."""
+    return {"exec": {"command": ["test", "-f", READY_FILE]}, "periodSeconds": 5, "failureThreshold": 1}
+
+
+def agent_fields(name: str, *, env: Sequence[JSON] = (), probe: bool = True) -> JSON:
+    """Container fields of our agent NAME: its command, ``HOST_ROOT``, ``NODE_NAME`` and ``env``, and a
+    readiness probe on the agent's ready file (``probe``; init containers have none)."""
+    out: JSON = {
+        "command": [EXECUTABLE, "agent", name],
+        "env": [{"name": "HOST_ROOT", "value": HOST_ROOT}, field_env("NODE_NAME", "spec.nodeName"), *env],
+    }
+    if probe:
+        out["readinessProbe"] = agent_probe()
+    return out
 
 
 def resolve_image(spec: ImageSpec, global_: GlobalConfig | None) -> Image:

@@ -13,6 +13,13 @@ driver's peer-memory module and the RDMA plugins read) and touches ``.driver-rea
 modules are loaded: the startup probe waits for that file, liveness and readiness check that
 ``mlx5_core`` stays loaded. Unloading the modules on stop can take minutes, hence the long
 termination grace period.
+
+With this operator's image (:func:`~gpu_operator.render.network.objects.runs_agent`) the container
+runs our agent ``ofed-driver`` instead: one image for every pool (no per-OS tag), the host's
+``/sys``, ``/lib/modules`` and ``/usr/src`` under ``/host``, ``NVIDIA_NIC_DRIVER_VER`` from the tag,
+the startup probe on ``.driver-ready`` and readiness and liveness on the agent's ready file; with
+``upgradePolicy.safeLoad`` the init container ``network-operator-init-container`` runs
+``ofed-safe-load`` (it waits for the upgrade controller to drain the node before the driver loads).
 """
 
 from __future__ import annotations
@@ -28,9 +35,11 @@ from gpu_operator.names import network as net
 from gpu_operator.names.selectors import tolerates
 from gpu_operator.render.network.facts import NetState, NicNode
 from gpu_operator.render.network.objects import (
+    HOST_ROOT,
     JSON,
     Image,
     Placement,
+    agent_fields,
     cluster_rbac,
     container,
     daemonset,
@@ -38,6 +47,7 @@ from gpu_operator.render.network.objects import (
     mount,
     resolve_image,
     rule,
+    runs_agent,
     to_json,
 )
 
@@ -118,13 +128,14 @@ def pools(nodes: Sequence[NicNode], *, tolerations: Sequence[Mapping[str, Any]])
     return sorted(out, key=lambda p: p.app("")), sorted(unlabelled)
 
 
-def _probe(command: str, given: Any, defaults: Mapping[str, int]) -> JSON:
+def _probe(command: str | list[str], given: Any, defaults: Mapping[str, int]) -> JSON:
     values = dict(defaults)
     # Upstream's probe spec carries only these; a value under 1 means "the default", as upstream.
     for key, value in (to_json(given) or {}).items():
         if key in values and isinstance(value, int) and value >= 1:
             values[key] = value
-    return {"exec": {"command": ["sh", "-c", command]}, **values, "successThreshold": 1}
+    argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
+    return {"exec": {"command": argv}, **values, "successThreshold": 1}
 
 
 def _env(spec: OFEDDriverSpec) -> list[JSON]:
@@ -202,13 +213,20 @@ def render_ofed(
         notes = (*notes, f"no node is labelled {net.NIC_PRESENT}=true: install NFD with this chart's "
                  "NodeFeatureRule (nfd.deployNodeFeatureRules=true) or label the NIC nodes")  # fmt: skip
     names: list[str] = []
+    ours = runs_agent(image, place)
     for pool in found:
-        volumes, mounts, error = _volumes(spec, pool.os)
+        if ours:  # one image for every pool: our agent loads what the node's kernel has
+            volumes, mounts, error = _agent_volumes()
+            # The spec's tag is a DOCA driver release (the CRD's pattern), never a tag of our image: pods run
+            # the operator's own agent image and get the release as NVIDIA_NIC_DRIVER_VER.
+            pool_image = replace(image, ref=place.agent_image)
+        else:
+            volumes, mounts, error = _volumes(spec, pool.os)
+            pool_image = replace(image, ref=_image_ref(spec, image.ref, pool))
         if error:
             return NetState(name=STATE, enabled=True, error=error, notes=notes)
-        pool_image = replace(image, ref=_image_ref(spec, image.ref, pool))
         objects.append(_daemonset(spec, pool, place=place, account=account, volumes=volumes, mounts=mounts,
-                                  image=pool_image))  # fmt: skip
+                                  image=pool_image, ours=ours, release=_tag(image.ref)))  # fmt: skip
         names.append(objects[-1]["metadata"]["name"])
     return NetState(name=STATE, enabled=True, objects=tuple(objects), daemonsets=tuple(names), notes=notes)
 
@@ -228,6 +246,53 @@ def _image_ref(spec: OFEDDriverSpec, base: str, pool: Pool) -> str:
     return f"{repo_image}:{version}-{pool.os}{pool.version}-{pool.arch}"
 
 
+def _agent_volumes() -> tuple[list[JSON], list[JSON], str]:
+    """Our agent's volumes: the exported root, and the host's sysfs, module tree and sources under /host."""
+    volumes = [
+        host_volume("run-mlnx-ofed", net.DRIVERS_DIR),
+        host_volume("host-sys", "/sys"),
+        host_volume("host-lib-modules", "/lib/modules"),
+        host_volume("host-usr-src", "/usr/src"),
+    ]
+    mounts = [
+        mount("run-mlnx-ofed", net.DRIVERS_DIR, propagation="Bidirectional"),
+        mount("host-sys", f"{HOST_ROOT}/sys", read_only=True),
+        mount("host-lib-modules", f"{HOST_ROOT}/lib/modules", read_only=True),
+        mount("host-usr-src", f"{HOST_ROOT}/usr/src", read_only=True),
+    ]
+    return volumes, mounts, ""
+
+
+def _tag(ref: str) -> str:
+    """The tag of an image reference ("" for a digest or none)."""
+    last = ref.rsplit("/", 1)[-1]
+    return "" if "@" in ref or ":" not in last else last.rsplit(":", 1)[1]
+
+
+def _agent_containers(
+    spec: OFEDDriverSpec, image: Image, mounts: list[JSON], *, version: str
+) -> tuple[JSON, list[JSON]]:
+    """Our agent's main container (upstream's name: the ``mofed.wait`` label follows its readiness) and
+    the safe-load init container when ``upgradePolicy.safeLoad`` is set."""
+    given = [to_json(e) or {} for e in spec.env or ()]
+    release = [{"name": "NVIDIA_NIC_DRIVER_VER", "value": version}] if version else []
+    fields = agent_fields("ofed-driver", env=[*release, *given])
+    ready = [*fields.pop("readinessProbe")["exec"]["command"]]
+    main = container(
+        net.OFED_CONTAINER,
+        image=image,
+        **fields,
+        volumeMounts=mounts,
+        startupProbe=_probe(["test", "-f", net.DRIVER_READY], spec.startup_probe, STARTUP_DEFAULTS),
+        livenessProbe=_probe(ready, spec.liveness_probe, PROBE_DEFAULTS),
+        readinessProbe=_probe(ready, spec.readiness_probe, PROBE_DEFAULTS),
+    )
+    safe_load = spec.upgrade_policy is not None and spec.upgrade_policy.safe_load
+    if not safe_load:
+        return main, []
+    return main, [container(net.OFED_INIT_CONTAINER, image=image, **agent_fields("ofed-safe-load", probe=False))]
+
+
 def _daemonset(
     spec: OFEDDriverSpec,
     pool: Pool,
@@ -237,19 +302,25 @@ def _daemonset(
     volumes: list[JSON],
     mounts: list[JSON],
     image: Image,
+    ours: bool = False,
+    release: str = "",
 ) -> JSON:
     app = pool.app(place.suffix)
-    ready = f"ls {net.DRIVER_READY}"
-    loaded = "lsmod | grep mlx5_core"
-    main = container(
-        net.OFED_CONTAINER,
-        image=image,
-        env=_env(spec),
-        volumeMounts=mounts,
-        startupProbe=_probe(ready, spec.startup_probe, STARTUP_DEFAULTS),
-        livenessProbe=_probe(loaded, spec.liveness_probe, PROBE_DEFAULTS),
-        readinessProbe=_probe(loaded, spec.readiness_probe, PROBE_DEFAULTS),
-    )
+    init: list[JSON] = []
+    if ours:
+        main, init = _agent_containers(spec, image, mounts, version=release)
+    else:
+        ready = f"ls {net.DRIVER_READY}"
+        loaded = "lsmod | grep mlx5_core"
+        main = container(
+            net.OFED_CONTAINER,
+            image=image,
+            env=_env(spec),
+            volumeMounts=mounts,
+            startupProbe=_probe(ready, spec.startup_probe, STARTUP_DEFAULTS),
+            livenessProbe=_probe(loaded, spec.liveness_probe, PROBE_DEFAULTS),
+            readinessProbe=_probe(loaded, spec.readiness_probe, PROBE_DEFAULTS),
+        )
     main["securityContext"] = {"privileged": True, "seLinuxOptions": {"level": "s0"}}
     # One driver per node, whichever pool or policy rendered it: two would fight over the modules.
     anti = {
@@ -269,10 +340,12 @@ def _daemonset(
         keys.KERNEL: pool.kernel,
         net.ARCH: pool.arch,
     }
+    pod_extra: dict[str, Any] = {"initContainers": init} if init else {}
     ds = daemonset(
         f"{app}-ds", state=STATE, place=place, app={"app": app}, containers=[main], image=image,
         volumes=volumes, service_account=account, node_selector=pins, on_delete=True, affinity=anti,
         terminationGracePeriodSeconds=spec.termination_grace_period_seconds,
+        **pod_extra,
     )  # fmt: skip
     template_labels = ds["spec"]["template"]["metadata"]["labels"]
     template_labels[net.OFED_DRIVER_LABEL] = ""

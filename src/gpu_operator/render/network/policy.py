@@ -5,7 +5,8 @@ disabled state (no objects: the reconciler prunes what it left). :func:`render_n
 the three a NicNodePolicy carries (OFED, SR-IOV plugin, RDMA plugin): its objects are named with the
 policy's name appended so they never clash with the NicClusterPolicy's or another policy's, labelled
 ``DS_OWNER_LABEL=<policy>``, and its DaemonSets select the policy's ``nodeSelector`` on top of their
-own; OFED pools are built from the nodes that selector matches.
+own; OFED pools are built from the nodes that selector matches. A section naming this operator's
+image (``NicFacts.agent_image``'s repository) runs our agent in place of upstream's program.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def cluster_placement(policy: NicClusterPolicy, facts: NicFacts) -> Placement:
         tolerations=tuple(to_json_list(spec.tolerations)),
         deployment_affinity=to_json(spec.deployment_node_affinity),
         deployment_tolerations=tuple(to_json_list(spec.deployment_tolerations)),
+        agent_image=facts.agent_image,
     )
 
 
@@ -94,6 +96,7 @@ def render_node_policy(policy: NicNodePolicy, facts: NicFacts) -> tuple[NetState
         tolerations=tuple(to_json_list(spec.tolerations)),
         pod_labels=dict(spec.labels or {}),
         pod_annotations=dict(spec.annotations or {}),
+        agent_image=facts.agent_image,
     )
     nodes = tuple(n for n in facts.nodes if matches(n.labels, selector))
     by_name = {

@@ -8,6 +8,9 @@ writes a file for NFD and DOCA telemetry reads kubelet sockets, so their account
 Controllers (ib-kubernetes, nv-ipam-controller) are Deployments placed by ``deploymentNodeAffinity``
 and ``deploymentTolerations``; the node agents are DaemonSets placed like every other. DOCA
 telemetry reads the NIC's counters, so it is gated on the OFED driver like the device plugins.
+
+NIC feature discovery naming this operator's image runs our agent ``nic-feature-discovery``: the
+same features directory, the host's ``/sys`` and ``/dev`` under ``/host``.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from gpu_operator.api.network.nicclusterpolicy import NicClusterPolicySpec
 from gpu_operator.names import network as net
 from gpu_operator.render.network.facts import NetState
 from gpu_operator.render.network.objects import (
+    AGENT_HOST_MOUNTS,
+    AGENT_HOST_VOLUMES,
     JSON,
     Placement,
+    agent_fields,
     cluster_rbac,
     config_map,
     container,
@@ -29,6 +35,7 @@ from gpu_operator.render.network.objects import (
     resolve_image,
     resources,
     rule,
+    runs_agent,
     service_account,
 )
 
@@ -201,15 +208,23 @@ def render_nic_feature_discovery(spec: NicClusterPolicySpec, *, place: Placement
         return NetState(name=state, enabled=False)
     image = resolve_image(section, spec.global_)
     features = "/etc/kubernetes/node-feature-discovery/features.d"
-    main = container(
-        net.NIC_FD_CONTAINER, image=image, privileged=True, default_resources=resources("300m", "150Mi"),
-        command=["/nic-feature-discovery"], args=["--v=0", "--logging-format=json"],
-        volumeMounts=[mount("features-dir", features)],
-    )  # fmt: skip
+    volumes = [host_volume("features-dir", features, "DirectoryOrCreate")]
+    if runs_agent(image, place):
+        main = container(
+            net.NIC_FD_CONTAINER, image=image, privileged=True, default_resources=resources("300m", "150Mi"),
+            **agent_fields("nic-feature-discovery"), volumeMounts=[mount("features-dir", features), *AGENT_HOST_MOUNTS],
+        )  # fmt: skip
+        volumes += AGENT_HOST_VOLUMES
+    else:
+        main = container(
+            net.NIC_FD_CONTAINER, image=image, privileged=True, default_resources=resources("300m", "150Mi"),
+            command=["/nic-feature-discovery"], args=["--v=0", "--logging-format=json"],
+            volumeMounts=[mount("features-dir", features)],
+        )  # fmt: skip
     ds = daemonset(
         NIC_FD_DS, state=state, place=place, app={"app": NIC_FD_ACCOUNT, "name": NIC_FD_ACCOUNT}, containers=[main],
-        image=image, volumes=[host_volume("features-dir", features, "DirectoryOrCreate")],
-        service_account=NIC_FD_ACCOUNT, host_network=False, terminationGracePeriodSeconds=10,
+        image=image, volumes=volumes, service_account=NIC_FD_ACCOUNT, host_network=False,
+        terminationGracePeriodSeconds=10,
     )  # fmt: skip
     objects = (service_account(NIC_FD_ACCOUNT, state=state, place=place), ds)
     return NetState(name=state, enabled=True, objects=objects, daemonsets=(NIC_FD_DS,))

@@ -26,6 +26,7 @@ from gpu_operator.gpu.simulated import SimulatedBackend
 from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.kubelet.paths import KubeletDirs
 from gpu_operator.names.network import DRIVERS_DIR
+from gpu_operator.nic.simulated import write_nic_tree
 from gpu_operator.sim.kubelet.devices import DeviceManager
 from gpu_operator.sim.kubelet.gpuplugin import SimGpuPlugin
 from gpu_operator.sim.kubelet.heartbeat import Beat, now_utc
@@ -194,6 +195,9 @@ class SimNode:
         (self.host_root / "etc" / "os-release").write_text(os_release(self.shape), encoding="utf-8")
         if self.shape.nic_count:
             (self.host_root / DRIVERS_DIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            # The NICs' sysfs and /dev/infiniband, read by the network agents (a few ms: off the loop).
+            await asyncio.to_thread(write_nic_tree, root=self.host_root, model=self.shape.nic_model,
+                                    count=self.shape.nic_count, node_index=self.index)  # fmt: skip
         await self._devices.start()
         if self.plugin is not None and self.options.gpu_plugin == "local":
             await self._devices.attach_local(self.plugin, publish=False)

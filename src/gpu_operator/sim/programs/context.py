@@ -112,6 +112,13 @@ class NodeLabels:
         # A merge patch: null removes a label, the node's other labels stay.
         await self._api.patch(f"/api/v1/nodes/{self.name}", {"metadata": {"labels": dict(changes)}})
 
+    async def annotations(self) -> dict[str, str]:
+        node = await self._api.get(f"/api/v1/nodes/{self.name}")
+        return dict(node.get("metadata", {}).get("annotations") or {})
+
+    async def patch_annotations(self, changes: Mapping[str, str | None]) -> None:
+        await self._api.patch(f"/api/v1/nodes/{self.name}", {"metadata": {"annotations": dict(changes)}})
+
     async def apply_node_feature(self, body: Mapping[str, Any]) -> None:
         """Create or update an NFD NodeFeature (GFD's NodeFeature output)."""
         meta = body["metadata"]

@@ -21,6 +21,7 @@ from gpu_operator.kube.connect import async_client
 from gpu_operator.reconcile.network.metrics import NetworkMetrics
 from gpu_operator.reconcile.network.operator import NetworkOperator
 from gpu_operator.reconcile.network.policy import NetOutcome
+from gpu_operator.render.facts import OperatorSettings
 from gpu_operator.sim.programs.context import ProgramContext
 from gpu_operator.sim.programs.operatorpod import (
     first_pass_done,
@@ -42,7 +43,8 @@ async def network_operator_program(ctx: ProgramContext) -> None:
     client = async_client(config=config)
     pod_name, pod_uid = ctx.env.get("POD_NAME"), ctx.env.get("POD_UID")
     operator = NetworkOperator(client=client, namespace=flags.namespace,
-                               pod=(pod_name, pod_uid) if pod_name and pod_uid else None)  # fmt: skip
+                               pod=(pod_name, pod_uid) if pod_name and pod_uid else None,
+                               agent_image=OperatorSettings.from_env(ctx.env).agent_image)  # fmt: skip
     metrics = NetworkMetrics(loops=operator.metric_lines)
     servers = await serve_endpoints(
         flags=flags, env=ctx.env, metrics=metrics, healthy=lambda: operator.healthy, ready=ready
