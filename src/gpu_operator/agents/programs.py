@@ -19,6 +19,7 @@ from gpu_operator.agents.exporter import program as exporter
 from gpu_operator.agents.gfd import program as feature_discovery
 from gpu_operator.agents.migmanager import program as mig_manager
 from gpu_operator.agents.mps import program as mps_control_daemon
+from gpu_operator.agents.multus import program as multus
 from gpu_operator.agents.nicfd import program as nic_feature_discovery
 from gpu_operator.agents.nodestatus import program as node_status_exporter
 from gpu_operator.agents.ofed import program as ofed_driver
@@ -54,6 +55,7 @@ PROGRAMS: MappingProxyType[str, Program] = MappingProxyType(
         "nvidia-peermem": peermem.main,
         "gpu-discovery": gpu_discovery.main,
         "mps-control-daemon": mps_control_daemon.main,
+        "multus": multus.main,
         "rdma-shared-dp": rdma_shared_dp.main,
         "sriov-dp": sriov_dp.main,
         "nic-feature-discovery": nic_feature_discovery.main,

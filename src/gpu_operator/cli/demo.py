@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from rich.console import Console
 
+from gpu_operator.demo.network import run_network_demo
 from gpu_operator.demo.real import run_real_demo
 from gpu_operator.demo.simulated import DEFAULT_NODES, WIDE, run_demo
 
@@ -18,11 +19,19 @@ from gpu_operator.demo.simulated import DEFAULT_NODES, WIDE, run_demo
     is_flag=True,
     help="Run the story on two real kubelet nodes with the fake NVIDIA driver instead (root; see demo.real).",
 )
-def demo_command(*, no_interactive: bool, nodes: str, in_process: bool, real_nodes: bool) -> None:
+@click.option(
+    "--network",
+    is_flag=True,
+    help="Show GPUDirect RDMA instead: the Network Operator beside the GPU operator on a DGX node with ConnectX NICs.",
+)
+def demo_command(*, no_interactive: bool, nodes: str, in_process: bool, real_nodes: bool, network: bool) -> None:
     """Show the GPU operator working on an embedded local cluster with simulated GPU nodes."""
     console = Console()
     if not console.is_terminal:
         console.width = max(console.width, WIDE)  # a log or a test capture: keep the node table readable
+    if network:
+        run_network_demo(console=console, interactive=not no_interactive)
+        return
     if real_nodes:
         run_real_demo(console=console, interactive=not no_interactive)
         return

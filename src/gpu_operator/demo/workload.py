@@ -65,17 +65,24 @@ class WorkloadRecorder:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._granted: dict[str, Granted] = {}
+        self._allocations: dict[str, list[ContainerAllocation]] = {}
 
     async def program(self, ctx: ProgramContext) -> None:
         got = granted(ctx.devices)
         with self._lock:
             self._granted[ctx.pod_name] = got
+            self._allocations[ctx.pod_name] = list(ctx.devices)
         ctx.log.info("%s got %s", ctx.pod_name, got.how)
         await ctx.stopped()
 
     def granted(self, pod: str) -> Granted | None:
         with self._lock:
             return self._granted.get(pod)
+
+    def allocations(self, pod: str) -> list[ContainerAllocation] | None:
+        """Every resource's Allocate answer for the pod's container (None before it ran)."""
+        with self._lock:
+            return self._allocations.get(pod)
 
 
 def workload_pod(*, node: str, gpus: int) -> Any:

@@ -27,6 +27,7 @@ AGENTS = frozenset(
         "nvidia-peermem",
         "gpu-discovery",
         "mps-control-daemon",
+        "multus",
         "rdma-shared-dp",
         "sriov-dp",
         "nic-feature-discovery",

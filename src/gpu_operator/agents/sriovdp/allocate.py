@@ -28,12 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_operator.agents.shared import cdi
+from gpu_operator.agents.shared import cdi, devinfo
 from gpu_operator.agents.shared.netpluginserver import AllocateError
 from gpu_operator.kubelet.allocation import ContainerAllocation, DeviceNodeSpec, PluginDevice
 from gpu_operator.nic.types import RdmaDevice
 
-DEVINFO_DIR = "/var/run/k8s.cni.cncf.io/devinfo/dp"
+DEVINFO_DIR = devinfo.DP_DEVINFO_DIR
 DEVINFO_VERSION = "1.1.0"
 CDI_CLASS = "net-pci"
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
@@ -109,8 +109,8 @@ def device_info(device: PoolDevice) -> dict[str, Any]:
 
 
 def devinfo_file_name(*, resource_name: str, device_id: str) -> str:
-    """``nvidia.com-sriov_a-0000:3b:00.2-device.json`` for resource ``nvidia.com/sriov_a``."""
-    return f"{resource_name.replace('/', '-')}-{device_id.replace('/', '-')}-device.json"
+    """``nvidia.com-sriov_a-0000:3b:00.2-device.json`` for ``nvidia.com/sriov_a`` (see ``agents.shared.devinfo``)."""
+    return devinfo.devinfo_file_name(resource=resource_name, device_id=device_id)
 
 
 def render_json(value: Any) -> str:

@@ -33,7 +33,9 @@ PRIVATE_PATHS = (
     "/etc/cni/net.d",
     "/etc/containerd",
     "/etc/kubernetes/node-feature-discovery",  # NFD's features.d, where GFD leaves a node's labels
+    "/opt/cni/bin",  # plugins an operand installs (the multus shim): each node its own, searched first
     "/run/cdi",
+    "/run/k8s.cni.cncf.io",  # device plugins' device-info files for CNI plugins (/var/run/k8s.cni.cncf.io)
     "/run/containerd",
     "/run/mellanox",  # MOFED's exported root and its .driver-ready, per node as a node's MOFED is
     "/run/nvidia",
@@ -50,6 +52,8 @@ OVERLAY_PATHS = ("/dev", "/usr/lib/x86_64-linux-gnu", "/usr/bin", "/lib/firmware
 #: Mounts under /dev that an overlay on /dev would hide: bound again on top of it.
 DEV_SUBMOUNTS = ("pts", "shm", "mqueue", "hugepages")
 CNI_BIN_DIR = "/usr/lib/cni"
+#: Where operands install CNI plugins (private per node), searched before the host's ``CNI_BIN_DIR``.
+NODE_CNI_BIN_DIR = "/opt/cni/bin"
 SYS_PCI_DEVICES = "/sys/bus/pci/devices"
 #: The kernel's modules: a node with a fake kernel (``NodeSpec.fake_kernel``) overlays it with its own.
 SYS_MODULE = "/sys/module"
@@ -193,7 +197,7 @@ def containerd_config(*, sandbox_image: str) -> str:
         f"  BinaryName = {json.dumps(RUNC)}",
         "  SystemdCgroup = false",
         f"{runtime[:-1]}.cni]",
-        f"  bin_dirs = [{json.dumps(CNI_BIN_DIR)}]",
+        f"  bin_dirs = [{json.dumps(NODE_CNI_BIN_DIR)}, {json.dumps(CNI_BIN_DIR)}]",
         '  conf_dir = "/etc/cni/net.d"',
         "",
         '[plugins."io.containerd.cri.v1.images".pinned_images]',

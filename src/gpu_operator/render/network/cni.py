@@ -5,6 +5,12 @@ under ``/etc/cni/net.d``), so they run with host networking, privileged, on ever
 placement allows, not gated on the OFED driver: pods must be able to get networks before and
 without it. Multus alone talks to the API (it reads NetworkAttachmentDefinitions and annotates
 pods), so it alone gets a ServiceAccount and a ClusterRole, upstream's.
+
+When ``secondaryNetwork.multus`` names this operator's image, the DaemonSet runs our agent instead
+(``gpu-operator agent multus``, ``agents.multus``): it installs its CNI shim and conf through the
+host's CNI directories mounted under ``/host``, answers the shim on a socket under ``/var/lib/cni``
+and reads the kubelet's PodResources; its ClusterRole is only what it does (read pods and NADs,
+patch a pod's ``network-status`` annotation).
 """
 
 from __future__ import annotations
@@ -14,8 +20,11 @@ from gpu_operator.api.network.nicclusterpolicy import SecondaryNetworkSpec
 from gpu_operator.names import network as net
 from gpu_operator.render.network.facts import NetState
 from gpu_operator.render.network.objects import (
+    HOST_ROOT,
     JSON,
+    Image,
     Placement,
+    agent_fields,
     cluster_rbac,
     config_map,
     container,
@@ -25,6 +34,7 @@ from gpu_operator.render.network.objects import (
     resolve_image,
     resources,
     rule,
+    runs_agent,
 )
 
 CNI_BIN = "/opt/cni/bin"
@@ -43,6 +53,8 @@ def render_multus(network: SecondaryNetworkSpec | None, *, place: Placement, glo
     if spec is None:
         return NetState(name=state, enabled=False)
     image = resolve_image(spec, global_)
+    if runs_agent(image, place):
+        return _multus_agent(image, place=place, config=spec.config)
     objects: list[JSON] = cluster_rbac(
         MULTUS_ACCOUNT, state=state, place=place,
         rules=[
@@ -84,6 +96,46 @@ def render_multus(network: SecondaryNetworkSpec | None, *, place: Placement, glo
     )  # fmt: skip
     objects.append(ds)
     return NetState(name=state, enabled=True, objects=tuple(objects), daemonsets=(MULTUS_DS,))
+
+
+#: Host directories our multus agent uses: CNI confs and binaries (it installs its own), the CNI state
+#: (its socket and per-container cache; the plugins' IPAM files), the kubelet's PodResources socket, and
+#: the device plugins' device-info files (``device-info`` in ``network-status``).
+_AGENT_HOST_DIRS = (
+    ("cni-conf", CNI_CONF),
+    ("cni-bin", CNI_BIN),
+    ("cni-state", "/var/lib/cni"),
+    ("pod-resources", "/var/lib/kubelet/pod-resources"),
+    ("devinfo", "/var/run/k8s.cni.cncf.io"),
+)
+
+
+def _multus_agent(image: Image, *, place: Placement, config: str | None) -> NetState:
+    state = net.STATE_MULTUS
+    objects: list[JSON] = cluster_rbac(
+        MULTUS_ACCOUNT, state=state, place=place,
+        rules=[
+            rule([""], ["pods"], ["get", "patch"]),
+            rule(["k8s.cni.cncf.io"], ["network-attachment-definitions"], ["get", "list"]),
+        ],
+    )  # fmt: skip
+    main = container(
+        net.MULTUS_CONTAINER, image=image, **agent_fields("multus"),
+        volumeMounts=[mount(name, f"{HOST_ROOT}{path}") for name, path in _AGENT_HOST_DIRS],
+    )  # fmt: skip
+    # Root, not the image's user: it writes root's CNI directories and the kubelet's socket is root's.
+    main["securityContext"] = {"privileged": True, "runAsUser": 0}
+    volumes = [host_volume(name, path, "DirectoryOrCreate") for name, path in _AGENT_HOST_DIRS]
+    ds = daemonset(
+        MULTUS_DS, state=state, place=place, app={"app": "multus", "name": "multus"}, containers=[main],
+        image=image, volumes=volumes, service_account=MULTUS_ACCOUNT, terminationGracePeriodSeconds=10,
+    )  # fmt: skip
+    objects.append(ds)
+    notes: tuple[str, ...] = ()
+    if config:
+        notes = ("secondaryNetwork.multus.config is Multus's own conf: this operator's multus agent writes its own "
+                 "(wrapping the node's first CNI conf) and does not read it",)  # fmt: skip
+    return NetState(name=state, enabled=True, objects=tuple(objects), daemonsets=(MULTUS_DS,), notes=notes)
 
 
 def _binary_installer(state: str, name: str, app: str, container_name: str, *, spec: ImageSpec, place: Placement,
