@@ -40,6 +40,7 @@ def test_network_demo_gives_a_pod_a_gpu_and_rdma_devices() -> None:
     peermem = _seconds(out, "the GPU driver's nvidia-peermem is loaded")
     assert ofed <= peermem
     assert f"advertises {demo.RDMA_RESOURCE}: {demo.RDMA_HCA_MAX}" in out
+    assert f"advertises {demo.SRIOV_RESOURCE}: 4 (its ConnectX-7 VFs)" in out  # 2 NICs x 2 VFs configured
     assert "nvidia-peermem came up only after the OFED driver was ready" in out
     # 5: the pod holds one GPU and every RDMA device node of the matched HCAs (plus rdma_cm).
     assert re.search(rf"nvidia.com/gpu: .*{UUID}", out), out
@@ -47,5 +48,6 @@ def test_network_demo_gives_a_pod_a_gpu_and_rdma_devices() -> None:
     assert rdma, out
     paths = rdma.group(1).split(", ")
     assert "/dev/infiniband/rdma_cm" in paths
-    assert sum(p.startswith("/dev/infiniband/uverbs") for p in paths) >= demo.NICS.count
+    # The PFs' HCAs only (the selector names device 1021): the VFs are the SR-IOV plugin's.
+    assert sum(p.startswith("/dev/infiniband/uverbs") for p in paths) == demo.NICS.count
     assert "network demo finished" in out

@@ -8,9 +8,10 @@ simulated kubelets that run the operators' real agents:
    RDMA devices, ``/dev/infiniband``) and a CPU node;
 3. the GPU operator and the Network Operator;
 4. a ClusterPolicy with ``driver.rdma.enabled`` and a NicClusterPolicy whose OFED driver, RDMA shared
-   device plugin and NIC feature discovery name this operator's image, so our agents run them; the
-   milestones are shown as they happen: the OFED driver's ``.driver-ready``, the RDMA resource on the
-   Node, the GPU driver's ``nvidia-peermem`` loaded (never before OFED is ready);
+   and SR-IOV device plugins and NIC feature discovery name this operator's image, so our agents run
+   them; the milestones are shown as they happen: the OFED driver's ``.driver-ready``, the RDMA and
+   SR-IOV (the NICs' VFs) resources on the Node, the GPU driver's ``nvidia-peermem`` loaded (never
+   before OFED is ready);
 5. a pod asks for one ``nvidia.com/gpu`` and one RDMA resource and gets both: a GPU and the RDMA
    device nodes the RDMA plugin's Allocate gave it;
 6. explore, then tear down.
@@ -59,12 +60,29 @@ PEERMEM_MODULE = "sys/module/nvidia_peermem"
 POLICY_NAME = "cluster-policy"
 #: This operator's own image, as a NicClusterPolicy section names it: our agents run the section.
 OUR_IMAGE: JSON = {"repository": "ghcr.io/gpu-operator-py", "image": "gpu-operator", "version": f"v{__version__}"}
+SRIOV_RESOURCE = "nvidia.com/sriov_ib"
+SRIOV_CONFIG = json.dumps(
+    {
+        "resourceList": [
+            {
+                "resourcePrefix": "nvidia.com",
+                "resourceName": "sriov_ib",
+                "selectors": {"vendors": ["15b3"], "devices": ["101e"], "isRdma": True},
+            }
+        ]
+    }
+)
 OFED_VERSION = "25.04-0.6.1.0-2"
 RDMA_CONFIG = json.dumps(
     {
         "periodicUpdateInterval": 5,
         "configList": [
-            {"resourceName": RDMA_RESOURCE_NAME, "rdmaHcaMax": RDMA_HCA_MAX, "selectors": {"vendors": ["15b3"]}}
+            {
+                "resourceName": RDMA_RESOURCE_NAME,
+                "rdmaHcaMax": RDMA_HCA_MAX,
+                # The ConnectX-7 PFs (1021): their VFs (101e) are the SR-IOV plugin's.
+                "selectors": {"vendors": ["15b3"], "deviceIDs": ["1021"]},
+            }
         ],
     }
 )
@@ -82,7 +100,7 @@ def cluster_policy() -> JSON:
 
 
 def nic_cluster_policy() -> JSON:
-    """OFED, the RDMA shared device plugin and NIC feature discovery, all run by our agents."""
+    """OFED, the RDMA shared and SR-IOV device plugins and NIC feature discovery, all run by our agents."""
     return {
         "apiVersion": net.API_VERSION,
         "kind": net.NCP_KIND,
@@ -91,6 +109,7 @@ def nic_cluster_policy() -> JSON:
             # The CRD wants a DOCA-style version: the tag names the driver release our agent stands in for.
             "ofedDriver": {**OUR_IMAGE, "version": OFED_VERSION, "upgradePolicy": {"autoUpgrade": False}},
             "rdmaSharedDevicePlugin": {**OUR_IMAGE, "config": RDMA_CONFIG},
+            "sriovDevicePlugin": {**OUR_IMAGE, "config": SRIOV_CONFIG},
             "nicFeatureDiscovery": {**OUR_IMAGE},
         },
     }
@@ -125,11 +144,18 @@ class Milestones:
 
     ofed_ready: float | None = None
     rdma_allocatable: float | None = None
+    sriov_allocatable: float | None = None
     peermem_loaded: float | None = None
     gpu_allocatable: float | None = None
 
     def done(self) -> bool:
-        return None not in (self.ofed_ready, self.rdma_allocatable, self.peermem_loaded, self.gpu_allocatable)
+        return None not in (
+            self.ofed_ready,
+            self.rdma_allocatable,
+            self.sriov_allocatable,
+            self.peermem_loaded,
+            self.gpu_allocatable,
+        )
 
 
 def _allocatable(client: Client, node: str, resource: str) -> int:
@@ -159,6 +185,8 @@ def _watch(*, console: Console, client: Client, host_root: Path, node: str, time
             note("ofed_ready", f"OFED driver loaded: {net.DRIVER_READY} written")
         if (count := _allocatable(client, node, RDMA_RESOURCE)) > 0:
             note("rdma_allocatable", f"{node} advertises {RDMA_RESOURCE}: {count}")
+        if (count := _allocatable(client, node, SRIOV_RESOURCE)) > 0:
+            note("sriov_allocatable", f"{node} advertises {SRIOV_RESOURCE}: {count} (its ConnectX-7 VFs)")
         if (host_root / PEERMEM_MODULE).exists():
             note("peermem_loaded", "the GPU driver's nvidia-peermem is loaded (GPUDirect RDMA is on)")
         if (count := _allocatable(client, node, keys.GPU_RESOURCE)) > 0:
