@@ -165,8 +165,11 @@ def test_operator_deployment(helm: Helm) -> None:
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert security["readOnlyRootFilesystem"] is True
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
-    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e}
     assert env == {"OPERATOR_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name", "POD_UID": "metadata.uid"}
+    # Our agents' image is the operator's own: a section naming its repository runs our agents.
+    values = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert values == {"AGENT_IMAGE": container["image"]}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
