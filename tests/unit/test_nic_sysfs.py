@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import struct
 from pathlib import Path
 
@@ -13,7 +14,14 @@ import pytest
 from gpu_operator.nic import netlink
 from gpu_operator.nic.null import NullNics
 from gpu_operator.nic.open import open_nics
-from gpu_operator.nic.simulated import PROFILES, SimNic, sim_nics, write_module_version, write_nic_tree
+from gpu_operator.nic.simulated import (
+    PROFILES,
+    SimNic,
+    sim_nics,
+    write_module_version,
+    write_nic_tree,
+    write_pci_nics,
+)
 from gpu_operator.nic.sysfs import SysfsNics
 from gpu_operator.nic.types import MELLANOX_PRODUCTS, DriverInfo, NetFunction, NicError
 from gpu_operator.sim.nics import NIC_MODELS
@@ -115,6 +123,67 @@ def test_missing_files_are_tolerated(tmp_path: Path) -> None:
     assert (fn.total_vfs, fn.num_vfs, fn.vfs) == (0, 0, ())
     assert [f.address for f in _read(tmp_path).functions()] == ["0000:18:00.0", "0000:18:00.1"]
     assert _read(tmp_path / "nothing").functions() == []
+
+
+def test_class_views_are_links_into_the_function_directories(tmp_path: Path) -> None:
+    write_nic_tree(root=tmp_path, model="cx7", count=1)
+    function = "../../devices/pci0000:17/0000:17:01.0/0000:18:00.0"
+    assert os.readlink(tmp_path / "sys/class/infiniband_verbs/uverbs0") == f"{function}/infiniband_verbs/uverbs0"
+    assert os.readlink(tmp_path / "sys/class/infiniband_mad/issm0") == f"{function}/infiniband_mad/issm0"
+    assert os.readlink(tmp_path / "sys/class/net/ibp24s0") == f"{function}/net/ibp24s0"
+    assert os.path.basename(os.readlink(tmp_path / "sys/class/infiniband/mlx5_0/device")) == "0000:18:00.0"
+
+
+def test_a_tree_of_function_directories_alone_reads_fully(tmp_path: Path) -> None:
+    """A real node's fake /sys/bus/pci/devices: no /sys/class, everything from the function directories."""
+    whole = write_nic_tree(root=tmp_path / "whole", model="cx7", count=2, node_index=3)
+    devices, dev = tmp_path / "node/sys/bus/pci/devices", tmp_path / "node/dev"
+    flat = write_pci_nics(devices=devices, dev_root=dev, model="cx7", count=2, node_index=3, mknod=False)
+    assert flat == whole
+    assert not (tmp_path / "node/sys/class").exists()
+    assert sorted(p.name for p in devices.iterdir()) == sorted(f.address for f in flat)
+    assert all(p.is_dir() and not p.is_symlink() for p in devices.iterdir())  # functions as real directories
+    assert os.readlink(devices / "0000:18:00.0/virtfn1") == "../0000:18:00.2"
+    assert os.readlink(devices / "0000:18:00.2/physfn") == "../0000:18:00.0"
+    assert os.readlink(devices / "0000:18:00.0/driver") == "../../drivers/mlx5_core"  # dangling: only its name
+    read = _read(tmp_path / "node").functions()
+    assert read == flat
+    pf = _by_address(read)["0000:40:00.0"]
+    assert (pf.link_type, pf.driver, pf.vfs) == ("infiniband", "mlx5_core", ("0000:40:00.1", "0000:40:00.2"))
+    assert pf.rdma[0].name == "mlx5_1"
+    assert pf.rdma[0].char_devices == (
+        "/dev/infiniband/issm1", "/dev/infiniband/rdma_cm", "/dev/infiniband/umad1", "/dev/infiniband/uverbs1",
+    )  # fmt: skip
+    # The same reader under a whole tree whose function directories lack the entries: /sys/class serves.
+    fn_dir = tmp_path / "whole/sys/bus/pci/devices/0000:18:00.0"
+    for cls in ("infiniband_verbs", "infiniband_mad"):
+        for entry in (fn_dir / cls).iterdir():
+            class_entry = tmp_path / "whole/sys/class" / cls / entry.name
+            class_entry.unlink()
+            shutil.copytree(entry, class_entry)
+        shutil.rmtree(fn_dir / cls)
+    (fn_dir / "net/ibp24s0/type").unlink()
+    (tmp_path / "whole/sys/class/net/ibp24s0").unlink()
+    (tmp_path / "whole/sys/class/net/ibp24s0").mkdir()
+    (tmp_path / "whole/sys/class/net/ibp24s0/type").write_text("32\n")
+    ib_dir = tmp_path / "whole/sys/class/infiniband/mlx5_0"
+    ib_dir.unlink()
+    shutil.move(fn_dir / "infiniband/mlx5_0", ib_dir)
+    (ib_dir / "device").unlink()  # moved along with the RDMA device: point it at the function again
+    os.symlink("../../../devices/pci0000:17/0000:17:01.0/0000:18:00.0", ib_dir / "device")
+    assert _read(tmp_path / "whole").functions() == whole
+
+
+def test_pci_nics_make_char_devices(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    write_pci_nics(devices=tmp_path / "devices", dev_root=tmp_path / "dev", model="cx7", count=1)
+    uverbs = os.stat(tmp_path / "dev/infiniband/uverbs0")
+    assert stat.S_ISCHR(uverbs.st_mode)
+    assert (os.major(uverbs.st_rdev), os.minor(uverbs.st_rdev)) == (231, 192)
+    rdma_cm = os.stat(tmp_path / "dev/infiniband/rdma_cm")
+    assert stat.S_ISCHR(rdma_cm.st_mode)
+    assert os.major(rdma_cm.st_rdev) == 10
 
 
 def test_module_version_and_netns_mode(tmp_path: Path) -> None:

@@ -16,6 +16,14 @@ The simulator gives each NIC node a host directory; this module writes ``<root>/
 - all symlinks are relative, as sysfs's are; ``dev/infiniband/{uverbsN,umadN,issmN,rdma_cm}`` are char
   devices when ``mknod`` is asked and permitted, empty files otherwise (agents only check existence).
 
+:func:`write_pci_nics` writes the same functions for a real node (``localcluster``'s fake PCI tree, which
+the node's mount namespace binds over ``/sys/bus/pci/devices``, and its ``/dev`` overlay): each function a
+directory of its own right in that directory, with everything a reader needs inside it (``net/<if>``,
+``infiniband/mlx5_N``, the char devices' ``ibdev`` entries), ``virtfnN``/``physfn`` links relative
+within it, a ``driver`` link to where the kernel's would point (``../../drivers/mlx5_core``, absent on
+a kernel without the driver: only its name is read), and no ``/sys/class`` views, which a real node's
+kernel owns.
+
 Beside the kernel's files it writes ``etc/simulated-nic/netns-mode`` (the RDMA netns mode the reader
 reports for this tree instead of asking the real kernel) and ib_core's ``netns_mode`` parameter.
 Profiles (:data:`PROFILES`) use the keys of ``gpu_operator.sim.nics.NIC_MODELS``. Everything is
@@ -151,6 +159,8 @@ class _Writer:
         self.root = str(root)
         os.makedirs(self.root, exist_ok=True)
         self._dirs: set[str] = {""}
+        #: Writing a PCI devices directory alone (``write_pci_nics``), not a whole sysfs.
+        self.flat = False
 
     def dir(self, rel: str) -> None:
         if rel in self._dirs:
@@ -172,10 +182,12 @@ class _Writer:
 
     def link(self, rel: str, target_rel: str) -> None:
         """A symlink at ``rel`` to ``target_rel`` (both from the root), written relative to its directory."""
-        folder = os.path.dirname(rel)
-        self.dir(folder)
+        self.symlink(rel, os.path.relpath(target_rel, os.path.dirname(rel)))
+
+    def symlink(self, rel: str, target: str) -> None:
+        """A symlink at ``rel`` (from the root) whose text is ``target``, as given."""
+        self.dir(os.path.dirname(rel))
         path = os.path.join(self.root, rel)
-        target = os.path.relpath(target_rel, folder)
         try:
             os.symlink(target, path)
         except FileExistsError:  # a tree written before (the node re-registered): replace the link
@@ -213,33 +225,57 @@ def write_nic_tree(
     w.file(SIMULATED_MODE_FILE, netns_mode + "\n")
     w.file("sys/class/infiniband_verbs/abi_version", "6\n")
     w.file("sys/class/infiniband_mad/abi_version", "5\n")
-    w.char("dev/infiniband/rdma_cm", major=10, minor=58, mknod=mknod)
+    d = _Writer(Path(root) / "dev")
+    d.char("infiniband/rdma_cm", major=10, minor=58, mknod=mknod)
     if driver_version is not None:
         write_module_version(root=root, module=DRIVER, version=driver_version)
     result = [
-        _write_function(w, fn, index, node_index=node_index, mknod=mknod) for index, fn in enumerate(_layout(cards))
+        _write_function(w, d, fn, index, node_index=node_index, mknod=mknod) for index, fn in enumerate(_layout(cards))
     ]
     return sorted(result, key=lambda f: f.address)
 
 
-def _write_function(w: _Writer, fn: _Fn, index: int, *, node_index: int, mknod: bool) -> NetFunction:
-    prof, rel = fn.profile, f"{fn.parent}/{fn.address}"
+def write_pci_nics(
+    *, devices: Path, dev_root: Path, nics: Sequence[SimNic] | None = None, model: str | None = None,
+    count: int = 1, node_index: int = 0, mknod: bool = True,
+) -> list[NetFunction]:  # fmt: skip
+    """The NICs' functions as directories right under ``devices`` (a ``/sys/bus/pci/devices`` of their own)
+    and their char devices under ``dev_root/infiniband``; what a reader of that tree will see."""
+    cards = list(nics) if nics is not None else sim_nics(model=model or "cx7", count=count)
+    w, d = _Writer(devices), _Writer(dev_root)
+    w.flat = True
+    d.char("infiniband/rdma_cm", major=10, minor=58, mknod=mknod)
+    result = [
+        _write_function(w, d, fn, index, node_index=node_index, mknod=mknod) for index, fn in enumerate(_layout(cards))
+    ]
+    return sorted(result, key=lambda f: f.address)
+
+
+def _write_function(w: _Writer, d: _Writer, fn: _Fn, index: int, *, node_index: int, mknod: bool) -> NetFunction:
+    """One function, its sysfs entries through ``w`` (a whole sysfs, or ``w.flat``: a PCI devices
+    directory alone) and its char devices (``infiniband/...`` under a ``/dev``) through ``d``."""
+    prof, flat = fn.profile, w.flat
+    rel = fn.address if flat else f"{fn.parent}/{fn.address}"
+    sibling = "" if flat else f"{fn.parent}/"
     device = prof.device_id if fn.vf is None else prof.vf_device_id
     w.file(f"{rel}/vendor", f"0x{VENDOR}\n")
     w.file(f"{rel}/device", f"0x{device}\n")
     w.file(f"{rel}/class", f"0x{prof.pci_class}\n")
     w.file(f"{rel}/numa_node", f"{fn.nic.numa_node}\n")
-    w.link(f"sys/bus/pci/devices/{fn.address}", rel)
-    w.link(f"{rel}/driver", f"sys/bus/pci/drivers/{DRIVER}")
-    w.link(f"sys/bus/pci/drivers/{DRIVER}/{fn.address}", rel)
+    if flat:
+        w.link(f"{rel}/driver", f"../drivers/{DRIVER}")
+    else:
+        w.link(f"sys/bus/pci/devices/{fn.address}", rel)
+        w.link(f"{rel}/driver", f"sys/bus/pci/drivers/{DRIVER}")
+        w.link(f"sys/bus/pci/drivers/{DRIVER}/{fn.address}", rel)
     if fn.vf is None:
         num_vfs = len(fn.vf_addresses)
         w.file(f"{rel}/sriov_totalvfs", f"{prof.total_vfs}\n")
         w.file(f"{rel}/sriov_numvfs", f"{num_vfs}\n")
         for n, vf in enumerate(fn.vf_addresses):
-            w.link(f"{rel}/virtfn{n}", f"{fn.parent}/{vf}")
+            w.link(f"{rel}/virtfn{n}", f"{sibling}{vf}")
     else:
-        w.link(f"{rel}/physfn", f"{fn.parent}/{fn.pf_address}")
+        w.link(f"{rel}/physfn", f"{sibling}{fn.pf_address}")
     ib = prof.link_type == "infiniband"
     guid = [*_OUI, 0x03, (node_index >> 8) & 0xFF, node_index & 0xFF, index >> 8 & 0xFF, index & 0xFF]
     ifname, rdma = _ifname(fn), f"mlx5_{index}"
@@ -247,17 +283,20 @@ def _write_function(w: _Writer, fn: _Fn, index: int, *, node_index: int, mknod: 
     w.file(f"{net}/type", f"{ARPHRD_INFINIBAND if ib else ARPHRD_ETHER}\n")
     mac = [0, 0, 0x10, 0x87, 0xFE, 0x80, 0, 0, 0, 0, 0, 0, *guid] if ib else [*_OUI, *guid[4:6], index & 0xFF]
     w.file(f"{net}/address", ":".join(f"{b:02x}" for b in mac) + "\n")
-    w.link(f"sys/class/net/{ifname}", net)
     dev = f"{rel}/infiniband/{rdma}"
     w.file(f"{dev}/node_guid", ":".join(f"{guid[i]:02x}{guid[i + 1]:02x}" for i in range(0, 8, 2)) + "\n")
     w.file(f"{dev}/ports/1/link_layer", "InfiniBand\n" if ib else "Ethernet\n")
-    w.link(f"sys/class/infiniband/{rdma}", dev)
+    w.symlink(f"{dev}/device", f"../../../{fn.address}")  # as the kernel writes it: via the parent
+    if not flat:
+        w.link(f"sys/class/net/{ifname}", net)
+        w.link(f"sys/class/infiniband/{rdma}", dev)
     chars = [("infiniband_verbs", f"uverbs{index}", 192 + index), ("infiniband_mad", f"umad{index}", index),
              ("infiniband_mad", f"issm{index}", 64 + index)]  # fmt: skip
     for cls, name, minor in chars:
         w.file(f"{rel}/{cls}/{name}/ibdev", f"{rdma}\n")
-        w.link(f"sys/class/{cls}/{name}", f"{rel}/{cls}/{name}")
-        w.char(f"dev/infiniband/{name}", major=231, minor=minor, mknod=mknod)
+        if not flat:
+            w.link(f"sys/class/{cls}/{name}", f"{rel}/{cls}/{name}")
+        d.char(f"infiniband/{name}", major=231, minor=minor, mknod=mknod)
     char_devices = tuple(sorted(f"{NODE_DEV_DIR}/{n}" for n in ("rdma_cm", *(c[1] for c in chars))))
     return NetFunction(
         address=fn.address, vendor=VENDOR, device=device, pci_class=prof.pci_class, driver=DRIVER,

@@ -83,7 +83,7 @@ class RealNodes:
                     kubelet_port=ports[2 * index - 2],
                     healthz_port=ports[2 * index - 1],
                     run_cgroup=ledger.run_cgroup,
-                    fake_pci=bool(self.hardware[index - 1]),
+                    fake_pci=bool(self.hardware[index - 1]) or setup.fake_pci,
                     host_overlay=setup.host_overlay,
                     fake_kernel=setup.fake_kernel,
                 )

@@ -82,6 +82,7 @@ class RealNode:
             spec.private(host_path).mkdir(parents=True, exist_ok=True)
         spec.kubelet_dir.mkdir(parents=True, exist_ok=True)
         if spec.fake_pci:
+            spec.fake_pci_devices.mkdir(parents=True, exist_ok=True)  # a setup's prepare may fill it alone
             fakehost.write_pci_tree(spec.fake_pci_devices, functions=self.pci_functions)
         for host_path in nodespec.OVERLAY_PATHS if spec.host_overlay else ():
             host.make_dir(Path(host_path))  # an overlay's lower layer must exist

@@ -171,6 +171,9 @@ class NodeSetup:
     host_overlay: bool = False
     #: Overlay ``/sys/module`` with the node's own (a kernel whose modules a fake driver loads).
     fake_kernel: bool = False
+    #: Bind the node's fake PCI tree (``NodeSpec.fake_pci_devices``) over ``/sys/bus/pci/devices`` even
+    #: when the node is given no PCI functions: ``prepare`` writes functions of its own there (NICs).
+    fake_pci: bool = False
     #: Called after the node's files and directories exist, before any of its processes starts.
     prepare: Callable[[NodeSpec], None] | None = None
 

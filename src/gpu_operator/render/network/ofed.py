@@ -322,6 +322,8 @@ def _daemonset(
             readinessProbe=_probe(loaded, spec.readiness_probe, PROBE_DEFAULTS),
         )
     main["securityContext"] = {"privileged": True, "seLinuxOptions": {"level": "s0"}}
+    if ours:  # our image runs as a non-root user; loading modules and /run/mellanox/drivers need root
+        main["securityContext"]["runAsUser"] = 0
     # One driver per node, whichever pool or policy rendered it: two would fight over the modules.
     anti = {
         "podAntiAffinity": {

@@ -100,6 +100,8 @@ def _plugin_agent(
             mount(volume, config_dir), *(mount(v, path) for v, path, _ in extra), *AGENT_HOST_MOUNTS, *cdi_mounts,
         ],
     )  # fmt: skip
+    # Root, not the image's user: the kubelet's device-plugin directory (its sockets) is root's.
+    main["securityContext"] = {"privileged": True, "runAsUser": 0}
     volumes = [
         host_volume("device-plugin", DEVICE_PLUGINS), host_volume("plugins-registry", PLUGINS_REGISTRY),
         _config_volume(volume, cm_name), *(host_volume(v, path, kind) for v, path, kind in extra),
