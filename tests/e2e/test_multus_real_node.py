@@ -11,10 +11,17 @@ host-device network moves into the pod. A busybox pod annotated ``macvlan-a, hos
    ``ip addr`` in the pod shows), and its ``network-status`` annotation lists all three;
 2. deleted, gives both addresses back (host-local's files in the node's ``/var/lib/cni/networks``
    go) and the veth end comes back to the host.
+
+nv-ipam semantics too: an ``IPPool`` (203.0.113.0/24, blocks of 16) whose status the network operator's
+own pass writes (``reconcile_ippools``, run in-process against this cluster: no operator Deployment
+runs here), and a macvlan NAD ``{"type": "nv-ipam", "poolName": "pool-a"}``: the pod's ``net3`` gets an
+address inside the node's block, reserved by host-local under ``/var/lib/cni/nv-ipam/pool-a`` and
+released on delete.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import shutil
@@ -32,7 +39,9 @@ from lightkube.resources.core_v1 import Pod
 
 from gpu_operator.agents.multus.install import CONF_NAME
 from gpu_operator.api.network import NicClusterPolicy
-from gpu_operator.api.network.crd import nad_crd
+from gpu_operator.api.network.crd import nad_crd, network_crds
+from gpu_operator.kube.api import Kube
+from gpu_operator.kube.connect import async_client
 from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
@@ -40,6 +49,7 @@ from gpu_operator.localcluster.nodes.node import RealNode
 from gpu_operator.localcluster.oci import ImageConfig, write_image
 from gpu_operator.localcluster.waiting import WaitTimeoutError, wait_for
 from gpu_operator.names import network as net
+from gpu_operator.reconcile.network.ippools import reconcile_ippools
 from gpu_operator.render.network import NicFacts, render_cluster_policy
 from tests.conftest import REPO
 from tests.e2e.conftest import ProductImage
@@ -129,7 +139,7 @@ def _pod() -> JSON:
     container = {"name": "main", "image": BUSYBOX, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": POD, "namespace": "default",
-                         "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan-a, hostdev-a"}},
+                         "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan-a, hostdev-a, macvlan-pool"}},
             "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1, "containers": [container]}}  # fmt: skip
 
 
@@ -144,6 +154,41 @@ def _phase(kube: Client) -> str | None:
 def _reserved(node: RealNode, network: str) -> list[str]:
     """host-local's reservations (files named by address) in the node's own /var/lib/cni."""
     directory = node.view(f"/var/lib/cni/networks/{network}")
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir() if p.name[0].isdigit() and not p.name.startswith("last_"))
+
+
+def _ippool(cluster: LocalCluster, workdir: Path) -> JSON:
+    """pool-a in the agent's namespace, its blocks written by the network operator's pass (in-process)."""
+    # The network chart's CRDs (the pass reads the NicClusterPolicy to know who writes the pools).
+    _apply(cluster, list(network_crds().values()), workdir, "network-crds")
+    cluster.kubectl("wait", "--for=condition=Established", "crd/ippools.nv-ipam.nvidia.com",
+                    "crd/nicclusterpolicies.mellanox.com")  # fmt: skip
+    pool = {"apiVersion": "nv-ipam.nvidia.com/v1alpha1", "kind": "IPPool",
+            "metadata": {"name": "pool-a", "namespace": NAMESPACE},
+            "spec": {"subnet": "203.0.113.0/24", "perNodeBlockSize": 16, "gateway": "203.0.113.254"}}  # fmt: skip
+    _apply(cluster, [pool], workdir, "ippool")
+
+    async def allocate() -> JSON | None:
+        client = async_client(kubeconfig=cluster.kubeconfig_path)
+        try:
+            kube = Kube(client, field_manager=net.FIELD_MANAGER)
+            await reconcile_ippools(kube, namespace=NAMESPACE, agent_image="")
+            return await kube.get("nv-ipam.nvidia.com/v1alpha1", "IPPool", "pool-a", namespace=NAMESPACE)
+        finally:
+            await client.close()
+
+    written = asyncio.run(allocate())
+    assert written is not None
+    (block,) = written["status"]["allocations"]
+    assert block == {"nodeName": NODE, "startIP": "203.0.113.1", "endIP": "203.0.113.16"}
+    return dict(block)
+
+
+def _reserved_in_pool(node: RealNode, pool: str) -> list[str]:
+    """host-local's reservations for an nv-ipam pool (its store is named after the pool)."""
+    directory = node.view(f"/var/lib/cni/nv-ipam/{pool}")
     if not directory.is_dir():
         return []
     return sorted(p.name for p in directory.iterdir() if p.name[0].isdigit() and not p.name.startswith("last_"))
@@ -181,9 +226,12 @@ def test_pod_gets_macvlan_and_host_device_networks_and_gives_them_back(
     ipam_a = {"type": "host-local", "subnet": "192.0.2.0/24", "rangeStart": "192.0.2.10", "rangeEnd": "192.0.2.50"}
     ipam_b = {"type": "host-local", "subnet": "198.51.100.0/24", "rangeStart": "198.51.100.10",
               "rangeEnd": "198.51.100.50"}  # fmt: skip
+    block = _ippool(cluster, tmp_path)
     _apply(cluster, [
         _nad("macvlan-a", {"cniVersion": "1.0.0", "type": "macvlan", "master": MACVLAN_MASTER, "mode": "bridge",
                            "ipam": ipam_a}),
+        _nad("macvlan-pool", {"cniVersion": "1.0.0", "type": "macvlan", "master": MACVLAN_MASTER, "mode": "bridge",
+                              "ipam": {"type": "nv-ipam", "poolName": "pool-a"}}),
         _nad("hostdev-a", {"cniVersion": "1.0.0", "type": "host-device", "device": HOSTDEV, "ipam": ipam_b}),
         _pod(),
     ], tmp_path, "workload")  # fmt: skip
@@ -200,6 +248,9 @@ def test_pod_gets_macvlan_and_host_device_networks_and_gives_them_back(
     assert by_name.get("net1", "").startswith("192.0.2."), addresses
     assert by_name.get("net2", "").startswith("198.51.100."), addresses
     assert by_name.get("eth0", "").startswith("10.244.1."), addresses
+    pooled = by_name.get("net3", "").split("/")[0]
+    assert pooled.startswith("203.0.113."), addresses
+    assert 1 <= int(pooled.rsplit(".", 1)[1]) <= 16, (pooled, block)  # inside the node's block
     assert _ip("link", "show", HOSTDEV, check=False).returncode != 0  # moved into the pod
     pod = kube.get(Pod, POD, namespace="default")
     assert pod.metadata is not None
@@ -207,7 +258,10 @@ def test_pod_gets_macvlan_and_host_device_networks_and_gives_them_back(
     status = json.loads(pod.metadata.annotations["k8s.v1.cni.cncf.io/network-status"])
     assert [(s["name"], s["interface"], s.get("default", False)) for s in status] == [
         ("gpuop", "eth0", True), ("default/macvlan-a", "net1", False), ("default/hostdev-a", "net2", False),
+        ("default/macvlan-pool", "net3", False),
     ]  # fmt: skip
+    assert status[3]["ips"] == [pooled]
+    assert _reserved_in_pool(node, "pool-a") == [pooled]
     assert status[1]["ips"] == [by_name["net1"].split("/")[0]]
     assert status[2]["ips"] == [by_name["net2"].split("/")[0]]
     assert _reserved(node, "macvlan-a") == status[1]["ips"]
@@ -217,13 +271,14 @@ def test_pod_gets_macvlan_and_host_device_networks_and_gives_them_back(
     # 2. Deleted: both addresses released, the veth end back on the host, the cache entry gone.
     began = time.monotonic()
     cluster.kubectl("delete", "pod", "-n", "default", POD, "--wait=true", timeout=60)
-    wait_for(lambda: not (_reserved(node, "macvlan-a") or _reserved(node, "hostdev-a")), timeout=30,
+    wait_for(lambda: not (_reserved(node, "macvlan-a") or _reserved(node, "hostdev-a")
+                          or _reserved_in_pool(node, "pool-a")), timeout=30,
              describe="host-local addresses released")  # fmt: skip
     wait_for(lambda: _ip("link", "show", HOSTDEV, check=False).returncode == 0, timeout=30,
              describe=f"{HOSTDEV} back on the host")  # fmt: skip
     released = time.monotonic() - began
     assert not list(node.view("/var/lib/cni/gpu-operator/cache").iterdir())
-    print(f"multus agent ready {ready:.1f} s; pod with two secondary networks Running {running:.1f} s; "
+    print(f"multus agent ready {ready:.1f} s; pod with three secondary networks Running {running:.1f} s; "
           f"deleted and released {released:.1f} s")  # fmt: skip
 
     # The agent's DaemonSet deleted: its conf goes with it (new pods get the bridge alone).

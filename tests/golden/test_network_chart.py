@@ -120,7 +120,8 @@ def test_default_install_objects(helm: Helm) -> None:
     # No NicClusterPolicy by default (upstream's behaviour since 24.10; the notes say so loudly), and
     # no NodeFeatureRule while the cluster does not serve its CRD.
     crds = {c["metadata"]["name"]: c for c in kinds["CustomResourceDefinition"]}
-    assert {c["spec"]["group"] for c in crds.values()} == {net.GROUP, net.NAD_API_VERSION.split("/")[0]}
+    groups = {net.GROUP, net.NAD_API_VERSION.split("/")[0], "nv-ipam.nvidia.com"}  # nv-ipam: IPPool
+    assert {c["spec"]["group"] for c in crds.values()} == groups
     for name in network_crds():
         committed = yaml.safe_load((REPO / "deploy" / "crds" / name).read_text(encoding="utf-8"))
         assert crds[committed["metadata"]["name"]] == committed

@@ -46,6 +46,7 @@ def test_multus_agent_matches_golden() -> None:
     (role,) = [o for o in state.objects if o["kind"] == "ClusterRole"]
     assert {(r["resources"][0], tuple(r["verbs"])) for r in role["rules"]} == {
         ("pods", ("get", "patch")), ("network-attachment-definitions", ("get", "list")),
+        ("ippools", ("get", "list", "watch")),  # nv-ipam delegates: the node's block of each pool
     }  # fmt: skip
     assert state.notes == ()
 

@@ -47,6 +47,7 @@ def test_crds_prints_and_writes(tmp_path: Path) -> None:
         "hostdevicenetworks.mellanox.com",
         "ipoibnetworks.mellanox.com",
         "network-attachment-definitions.k8s.cni.cncf.io",
+        "ippools.nv-ipam.nvidia.com",
     ]
     written = CliRunner().invoke(cli, ["crds", "--output-dir", str(tmp_path)])
     assert written.exit_code == 0
@@ -57,6 +58,7 @@ def test_crds_prints_and_writes(tmp_path: Path) -> None:
         "mellanox.com_macvlannetworks.yaml",
         "mellanox.com_nicclusterpolicies.yaml",
         "mellanox.com_nicnodepolicies.yaml",
+        "nv-ipam.nvidia.com_ippools.yaml",
         "nvidia.com_clusterpolicies.yaml",
         "nvidia.com_nvidiadrivers.yaml",
     ]

@@ -26,6 +26,7 @@ from gpu_operator.kube.crds import FIELD_MANAGER, OBJECTS, foreign_managers, run
 from gpu_operator.render.crdhooks import crd_hook_rules
 
 NAD_CRD = str(nad_crd()["metadata"]["name"])
+IPPOOL_CRD = "ippools.nv-ipam.nvidia.com"  # shared too: upstream's nv-ipam installs it
 MELLANOX = (
     "nicclusterpolicies.mellanox.com", "nicnodepolicies.mellanox.com", "macvlannetworks.mellanox.com",
     "hostdevicenetworks.mellanox.com", "ipoibnetworks.mellanox.com",
@@ -101,8 +102,8 @@ def test_sets_name_each_operators_crds() -> None:
     assert OPERATORS == (GPU, NETWORK)  # gpu first: the default
     assert crd_set().names() == ("clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com")
     network = crd_set(NETWORK)
-    assert network.names() == (*MELLANOX, NAD_CRD)
-    assert network.shared == frozenset({NAD_CRD})
+    assert network.names() == (*MELLANOX, NAD_CRD, IPPOOL_CRD)
+    assert network.shared == frozenset({NAD_CRD, IPPOOL_CRD})
     assert network.deletable() == MELLANOX
     assert [k.kind for k in network.kinds()] == [
         "NicClusterPolicy", "NicNodePolicy", "MacvlanNetwork", "HostDeviceNetwork", "IPoIBNetwork",
@@ -166,9 +167,10 @@ def test_apply_gpu_set_touches_no_network_crd() -> None:
 def test_apply_creates_an_absent_nad_crd_without_force() -> None:
     cluster = Cluster({})
     lines = _run(cluster, "apply", NETWORK)
-    assert lines == [f"applied {name} (Established)" for name in (*MELLANOX, NAD_CRD)]
+    assert lines == [f"applied {name} (Established)" for name in (*MELLANOX, NAD_CRD, IPPOOL_CRD)]
     assert ("apply", NAD_CRD, "no-force") in cluster.calls
-    assert all(c[2] == "force" for c in cluster.calls if c[1] != NAD_CRD)  # the mellanox.com ones are ours
+    # The mellanox.com ones are ours.
+    assert all(c[2] == "force" for c in cluster.calls if c[1] not in (NAD_CRD, IPPOOL_CRD))
 
 
 @pytest.mark.parametrize("managers", [("helm",), ("kubectl-client-side-apply", FIELD_MANAGER), ()])
@@ -217,6 +219,7 @@ def test_network_delete_never_deletes_the_nad_crd() -> None:
     assert not [c for c in cluster.calls if c[0] == "delete" and c[1] == NADResource.__name__]
     assert lines == [
         *(f"deleted {n}" for n in MELLANOX),
+        f"kept {IPPOOL_CRD}, shared with other installers: never deleted",  # sorted by name
         f"kept {NAD_CRD}, shared with other installers: never deleted",
     ]
     # The policy and the network went first, while their CRDs still existed (their operands go with them).
@@ -227,7 +230,7 @@ def test_network_delete_never_deletes_the_nad_crd() -> None:
 
 def test_network_delete_with_nothing_installed_reports_absent() -> None:
     lines = _run(Cluster({}), "delete", NETWORK)
-    assert lines[:-1] == [f"absent {n}" for n in MELLANOX]
+    assert lines[:-2] == [f"absent {n}" for n in MELLANOX]
 
 
 def test_gpu_delete_touches_no_network_crd() -> None:

@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 from gpu_operator.api.crd import Schema, crds
 from gpu_operator.api.network.crd import nad_crd, network_crds
+from gpu_operator.api.network.ippool import CRD_NAME as IPPOOL_CRD
 
 GPU = "gpu"
 NETWORK = "network"
@@ -75,6 +76,8 @@ def crd_set(operator: str = GPU) -> CRDSet:
     if operator == NETWORK:
         # The NAD CRD ships in the network chart's crds/ (a cluster without Multus needs it) but is
         # shared: see the module docstring.
-        shared = frozenset({str(nad_crd()["metadata"]["name"])})
+        # nv-ipam's IPPool CRD likewise: upstream's nv-ipam deployments install it, and deleting it deletes
+        # every pool (and with them the per-node blocks nodes are using).
+        shared = frozenset({str(nad_crd()["metadata"]["name"]), IPPOOL_CRD})
         return CRDSet(operator=NETWORK, manifests=MappingProxyType(network_crds()), shared=shared)
     raise ValueError(f"unknown operator {operator!r}: expected one of {', '.join(OPERATORS)}")

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.api.network.ippool import IPPool
 from gpu_operator.api.network.networks import HostDeviceNetwork, IPoIBNetwork, MacvlanNetwork
 from gpu_operator.api.network.nicclusterpolicy import NicClusterPolicy
 from gpu_operator.api.network.nicnodepolicy import NicNodePolicy
@@ -31,6 +32,7 @@ KINDS: dict[tuple[str, str], type[BaseModel]] = {
     ("mellanox.com/v1alpha1", "MacvlanNetwork"): MacvlanNetwork,
     ("mellanox.com/v1alpha1", "HostDeviceNetwork"): HostDeviceNetwork,
     ("mellanox.com/v1alpha1", "IPoIBNetwork"): IPoIBNetwork,
+    ("nv-ipam.nvidia.com/v1alpha1", "IPPool"): IPPool,
 }
 
 

@@ -46,6 +46,7 @@ HostDeviceNetworkResource = create_global_resource(
     "mellanox.com", "v1alpha1", "HostDeviceNetwork", "hostdevicenetworks"
 )
 IPoIBNetworkResource = create_global_resource("mellanox.com", "v1alpha1", "IPoIBNetwork", "ipoibnetworks")
+IPPoolResource = create_namespaced_resource("nv-ipam.nvidia.com", "v1alpha1", "IPPool", "ippools")  # nv-ipam's
 NADResource = create_namespaced_resource(
     "k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition", "network-attachment-definitions"
 )
@@ -233,11 +234,16 @@ class Kube:
             raise
         return True
 
-    async def patch_status(self, api_version: str, kind: str, name: str, status: Mapping[str, Any]) -> None:
+    async def patch_status(
+        self, api_version: str, kind: str, name: str, status: Mapping[str, Any], *, namespace: str | None = None
+    ) -> None:
         self.requests += 1
-        await self.client.patch(
-            resource(api_version, kind).Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
-        )
+        body = {"status": dict(status)}
+        res = resource(api_version, kind).Status
+        if namespace:
+            await self.client.patch(res, name, body, namespace=namespace, patch_type=PatchType.MERGE)
+        else:
+            await self.client.patch(res, name, body, patch_type=PatchType.MERGE)
 
     async def patch_labels(self, api_version: str, kind: str, name: str, labels: Mapping[str, str | None]) -> None:
         self.requests += 1

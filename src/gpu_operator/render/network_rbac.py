@@ -38,6 +38,7 @@ NAD_CRD = f"{NAD_RESOURCE}.{NAD_GROUP}"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 NV_IPAM_GROUP = "nv-ipam.nvidia.com"
 NV_IPAM_POOLS = ("ippools", "cidrpools")
+IPPOOL_CRD = f"ippools.{NV_IPAM_GROUP}"
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,8 @@ OWN_CLUSTER: tuple[Need, ...] = (
         Rule((NAD_GROUP,), (NAD_RESOURCE,), MANAGE),
     ),
     Need(
-        "whether the NAD CRD is installed (a network's status names it when it is not)",
-        Rule(("apiextensions.k8s.io",), ("customresourcedefinitions",), ("get",), (NAD_CRD,)),
+        "whether the NAD CRD (a network's status names it when it is not) and the IPPool CRD are installed",
+        Rule(("apiextensions.k8s.io",), ("customresourcedefinitions",), ("get",), (NAD_CRD, IPPOOL_CRD)),
     ),
     Need(
         "node informer (NFD labels and taints: OFED pools); mofed.wait label; upgrade labels, cordon (merge patch)",
@@ -101,6 +102,11 @@ OWN_NAMESPACE: tuple[Need, ...] = (
     Need(
         "upgrade: an OFED pod's revision against its OnDelete DaemonSet's newest (informer)",
         Rule(("apps",), ("controllerrevisions",), READ),
+    ),
+    Need("nv-ipam IPPools in its namespace (informer): the blocks to plan", Rule((NV_IPAM_GROUP,), ("ippools",), READ)),
+    Need(
+        "each IPPool's status.allocations (when upstream's nv-ipam controller is not deployed)",
+        Rule((NV_IPAM_GROUP,), ("ippools/status",), ("get", "patch", "update")),
     ),
     Need(
         "leader election: create (not limitable by name) and renew its Lease",

@@ -8,7 +8,7 @@ rules:
     verbs: ["create"]
   - apiGroups: ["apiextensions.k8s.io"]
     resources: ["customresourcedefinitions"]
-    resourceNames: ["nicclusterpolicies.mellanox.com", "nicnodepolicies.mellanox.com", "macvlannetworks.mellanox.com", "hostdevicenetworks.mellanox.com", "ipoibnetworks.mellanox.com", "network-attachment-definitions.k8s.cni.cncf.io"]
+    resourceNames: ["nicclusterpolicies.mellanox.com", "nicnodepolicies.mellanox.com", "macvlannetworks.mellanox.com", "hostdevicenetworks.mellanox.com", "ipoibnetworks.mellanox.com", "network-attachment-definitions.k8s.cni.cncf.io", "ippools.nv-ipam.nvidia.com"]
     verbs: ["get", "patch"]
 {{- end -}}
 

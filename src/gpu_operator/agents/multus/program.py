@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpu_operator.agents.multus import install, shim
-from gpu_operator.agents.multus.service import KubeMultusApi, MultusApi, MultusService, start_server
+from gpu_operator.agents.multus.service import KubeMultusApi, MultusApi, MultusService, PoolApi, start_server
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import cluster_of
 from gpu_operator.agents.shared.podresources import OwnPodResources
@@ -40,6 +40,8 @@ STATE_DIR = "/var/lib/cni/gpu-operator"
 SOCKET = f"{STATE_DIR}/multus.sock"
 CACHE_DIR = f"{STATE_DIR}/cache"
 AGENT = "gpu-operator-multus"
+#: Where nv-ipam's IPPools are read when ``IPPOOLS_NAMESPACE`` is unset (the chart's namespace).
+DEFAULT_POOL_NAMESPACE = "nvidia-network-operator"
 
 
 def kube_client(ctx: AgentContext) -> KubeClient:
@@ -74,8 +76,12 @@ def build_service(ctx: AgentContext, *, api: MultusApi | None = None) -> MultusS
     async def pod_resources() -> Sequence[PodDevices]:
         return await list_pod_resources(socket=socket)
 
-    return MultusService(api=api or KubeMultusApi(kube_client(ctx)), pod_resources=pod_resources,
-                         host_path=ctx.host_path)  # fmt: skip
+    chosen = api or KubeMultusApi(kube_client(ctx))
+    return MultusService(
+        api=chosen, pod_resources=pod_resources, host_path=ctx.host_path,
+        pools=chosen if isinstance(chosen, PoolApi) else None, node_name=ctx.node_name,
+        pool_namespace=ctx.env.get("IPPOOLS_NAMESPACE") or DEFAULT_POOL_NAMESPACE,
+    )  # fmt: skip
 
 
 def sync_conf(ctx: AgentContext, *, conf_dir: Path) -> bytes | None:

@@ -5,7 +5,8 @@ The shim sends one JSON line per connection and reads one back:
 - ``{"op": "delegates", "namespace", "name", "uid", "cniVersion", "ifname"}`` -> ``{"delegates": [...]}``
   (``delegates.Delegate.to_json``): the pod is read from the API (a UID that differs from the
   runtime's is an error: the pod was replaced), its networks annotation parsed, each NAD read, and
-  devices for NADs with a resource name taken from the kubelet's PodResources;
+  devices for NADs with a resource name taken from the kubelet's PodResources, and a delegate whose
+  ipam is ``nv-ipam`` handed to ``host-local`` with this node's block of its IPPools (``nvipam``);
 - ``{"op": "report", "namespace", "name", "networks": [...]}`` -> ``{}``: the results become the pod's
   ``k8s.v1.cni.cncf.io/network-status`` annotation (a merge patch), with ``device-info`` from the
   device plugins' files.
@@ -22,17 +23,20 @@ import logging
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gpu_operator.agents.multus.delegates import (
     STATUS_ANNOTATION,
+    Delegate,
     DelegateError,
     devices_of,
     devinfo_file,
     network_status,
     plan_delegates,
 )
+from gpu_operator.agents.multus.nvipam import pools_of, with_pool_ipam
 from gpu_operator.agents.multus.selection import NETWORKS_ANNOTATION, MultusError, parse_networks
+from gpu_operator.api.network import ippool
 from gpu_operator.kube.client import KubeClient
 from gpu_operator.kubelet.allocation import PodDevices
 from gpu_operator.kubelet.paths import MAX_SOCKET_PATH_BYTES
@@ -54,8 +58,15 @@ class MultusApi(Protocol):
     async def annotate_pod(self, *, namespace: str, name: str, annotations: Mapping[str, str]) -> None: ...
 
 
+@runtime_checkable
+class PoolApi(Protocol):
+    """nv-ipam's IPPools, for delegates with ``"ipam": {"type": "nv-ipam"}`` (``nvipam``)."""
+
+    async def ippool(self, *, namespace: str, name: str) -> JSON | None: ...
+
+
 class KubeMultusApi:
-    """:class:`MultusApi` over the kube layer's client."""
+    """:class:`MultusApi` and :class:`PoolApi` over the kube layer's client."""
 
     def __init__(self, client: KubeClient) -> None:
         self.client = client
@@ -70,9 +81,13 @@ class KubeMultusApi:
         body = {"metadata": {"annotations": dict(annotations)}}
         await self.client.patch("v1", "Pod", name, body, namespace=namespace)
 
+    async def ippool(self, *, namespace: str, name: str) -> JSON | None:
+        return await self.client.get(ippool.API_VERSION, ippool.KIND, name, namespace=namespace)
+
 
 class MultusService:
-    """The answers; ``pod_resources`` lists the kubelet's assignments, ``host_path`` maps node paths."""
+    """The answers; ``pod_resources`` lists the kubelet's assignments, ``host_path`` maps node paths;
+    ``pools`` reads the IPPools of ``pool_namespace`` for node ``node_name``'s blocks."""
 
     def __init__(
         self,
@@ -80,10 +95,16 @@ class MultusService:
         api: MultusApi,
         pod_resources: Callable[[], Awaitable[Sequence[PodDevices]]],
         host_path: Callable[[str], Path],
+        pools: PoolApi | None = None,
+        node_name: str = "",
+        pool_namespace: str = "",
     ) -> None:
         self.api = api
         self.pod_resources = pod_resources
         self.host_path = host_path
+        self.pools = pools
+        self.node_name = node_name
+        self.pool_namespace = pool_namespace
 
     async def handle(self, request: Mapping[str, Any]) -> JSON:
         """The answer to one request; errors become ``{"error": ...}``."""
@@ -131,7 +152,22 @@ class MultusService:
             default_version=str(request.get("cniVersion") or "1.0.0"),
             primary_ifname=str(request.get("ifname") or "eth0"),
         )  # fmt: skip
+        await self._nv_ipam(planned, where=where)
         return {"delegates": [d.to_json() for d in planned]}
+
+    async def _nv_ipam(self, planned: Sequence[Delegate], *, where: str) -> None:
+        """Rewrite the delegates whose ipam is nv-ipam to host-local with this node's blocks."""
+        wheres = {d.network: f"{where}: NetworkAttachmentDefinition {d.network}" for d in planned}
+        needed = [(d, pools_of(d.conf, where=wheres[d.network])) for d in planned]
+        names = sorted({n for _d, pools in needed for n in pools})
+        if not names:
+            return
+        if self.pools is None or not (self.node_name and self.pool_namespace):
+            raise DelegateError(f"{where}: nv-ipam pools {', '.join(names)}: this agent reads no IPPools")
+        found = {n: await self.pools.ippool(namespace=self.pool_namespace, name=n) for n in names}
+        for delegate, pools in needed:
+            if pools:
+                with_pool_ipam(delegate.conf, pools=found, node=self.node_name, where=wheres[delegate.network])
 
     def _device_infos(self, reports: Sequence[Mapping[str, Any]]) -> dict[str, JSON]:
         infos: dict[str, JSON] = {}

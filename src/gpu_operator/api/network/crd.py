@@ -1,15 +1,17 @@
 """The Network Operator's CustomResourceDefinitions (pure: models in, dicts out).
 
-The five ``mellanox.com`` kinds come from their models through the shared walker
-(:func:`gpu_operator.api.crd.crd_manifest`); the ``NetworkAttachmentDefinition`` CRD belongs to the
-Network Plumbing Working Group and is written out here as its reference definition has it (namespaced,
-plural ``network-attachment-definitions``, a ``config`` string, no status), so applying ours over one
-that Multus installed changes nothing. ``deploy/crds/`` holds the committed copies.
+The five ``mellanox.com`` kinds and nv-ipam's namespaced ``IPPool`` (``nv-ipam.nvidia.com``) come from
+their models through the shared walker (:func:`gpu_operator.api.crd.crd_manifest`); the
+``NetworkAttachmentDefinition`` CRD belongs to the Network Plumbing Working Group and is written out
+here as its reference definition has it (namespaced, plural ``network-attachment-definitions``, a
+``config`` string, no status), so applying ours over one that Multus installed changes nothing.
+``deploy/crds/`` holds the committed copies.
 """
 
 from __future__ import annotations
 
 from gpu_operator.api.crd import AGE_COLUMN, STATUS_COLUMN, Schema, crd_manifest
+from gpu_operator.api.network import ippool
 from gpu_operator.api.network.networks import HostDeviceNetwork, IPoIBNetwork, MacvlanNetwork
 from gpu_operator.api.network.nicclusterpolicy import NicClusterPolicy
 from gpu_operator.api.network.nicnodepolicy import NicNodePolicy
@@ -17,6 +19,12 @@ from gpu_operator.names import network as names
 
 NAD_FILE = "k8s.cni.cncf.io_networkattachmentdefinitions.yaml"
 _COLUMNS = [STATUS_COLUMN, AGE_COLUMN]
+#: Upstream's printer columns for IPPool.
+_IPPOOL_COLUMNS = [
+    {"name": "Subnet", "type": "string", "jsonPath": ".spec.subnet"},
+    {"name": "Gateway", "type": "string", "jsonPath": ".spec.gateway"},
+    {"name": "Block Size", "type": "integer", "jsonPath": ".spec.perNodeBlockSize"},
+]
 
 
 def nad_crd() -> Schema:
@@ -95,4 +103,8 @@ def network_crds() -> dict[str, Schema]:
         ),
     }  # fmt: skip
     out[NAD_FILE] = nad_crd()
+    out[f"{ippool.GROUP}_{ippool.PLURAL}.yaml"] = crd_manifest(
+        model=ippool.IPPool, group=ippool.GROUP, kind=ippool.KIND, plural=ippool.PLURAL, version=ippool.VERSION,
+        short_names=[], columns=_IPPOOL_COLUMNS, scope="Namespaced",
+    )  # fmt: skip
     return out

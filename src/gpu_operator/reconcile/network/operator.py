@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpu_operator.api.network import ippool
 from gpu_operator.kube.api import Kube
 from gpu_operator.kube.connect import async_client
 from gpu_operator.kube.informer import JSON, Informer, watching
 from gpu_operator.kube.slim import slim_node, slim_pod
 from gpu_operator.kube.typed import AsyncClient
 from gpu_operator.names import network as net
+from gpu_operator.reconcile.network.ippools import reconcile_ippools
 from gpu_operator.reconcile.network.networks import reconcile_networks
 from gpu_operator.reconcile.network.policy import NetOutcome, reconcile_network_once
 from gpu_operator.reconcile.process import run_operator
@@ -55,8 +57,10 @@ def node_view(node: JSON | None) -> tuple[Any, ...] | None:
 
 
 def network_informers(client: Any, *, namespace: str, wake_all: Callable[[], None],
-                      wake_upgrade: Callable[[], None]) -> tuple[Informer, ...]:  # fmt: skip
-    """The caches of a network operator in ``namespace``; every change wakes the keys that read it."""
+                      wake_upgrade: Callable[[], None], ippools: bool = False) -> tuple[Informer, ...]:  # fmt: skip
+    """The caches of a network operator in ``namespace``; every change wakes the keys that read it.
+    ``ippools``: the IPPool CRD is installed, so nv-ipam's pools in ``namespace`` are watched too (a
+    CRD installed later is read by the idle resync)."""
 
     def everyone(_old: JSON | None, _new: JSON | None) -> None:
         wake_all()
@@ -81,6 +85,8 @@ def network_informers(client: Any, *, namespace: str, wake_all: Callable[[], Non
         # The OFED DaemonSets' revisions: how the upgrade key tells an out-of-date driver pod.
         watching(client, "apps/v1", "ControllerRevision", namespace=namespace,
                  labels={net.STATE_LABEL: net.STATE_OFED}, on_change=upgrade),
+        *([watching(client, ippool.API_VERSION, ippool.KIND, namespace=namespace, on_change=everyone)]
+          if ippools else []),
     )  # fmt: skip
 
 
@@ -101,6 +107,8 @@ class NetworkOperator:
     agent_image: str = DEFAULT_AGENT_IMAGE
     reconcile_stats: LoopStats = field(default_factory=LoopStats)
     upgrade_stats: LoopStats = field(default_factory=LoopStats)
+    #: IPPool -> the problem last reported in an Event (``reconcile.network.ippools``).
+    pool_reports: dict[str, str] = field(default_factory=dict)
 
     @property
     def healthy(self) -> bool:
@@ -126,8 +134,9 @@ class NetworkOperator:
             network.wake.set()
             upgrade.wake.set()
 
+        ippools = await Kube(self.client, field_manager=net.FIELD_MANAGER).crd_exists(ippool.CRD_NAME)
         informers = network_informers(self.client, namespace=self.namespace, wake_all=wake_all,
-                                      wake_upgrade=upgrade.wake.set)  # fmt: skip
+                                      wake_upgrade=upgrade.wake.set, ippools=ippools)  # fmt: skip
         kube = Kube(self.client, field_manager=net.FIELD_MANAGER, informers=informers)
         self.kube = kube
         election = LeaderElection(store=kube, namespace=self.namespace, owner_pod=self.pod, on_elected=wake_all,
@@ -144,6 +153,8 @@ class NetworkOperator:
         kube = self._kube()
         self.last = await reconcile_network_once(kube, namespace=self.namespace, agent_image=self.agent_image)
         await reconcile_networks(kube)
+        await reconcile_ippools(kube, namespace=self.namespace, agent_image=self.agent_image,
+                                reported=self.pool_reports)  # fmt: skip
         if self.on_outcome is not None:
             await self.on_outcome(self.last)
         return Result(after=self.last.requeue_after)

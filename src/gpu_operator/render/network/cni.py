@@ -10,7 +10,8 @@ When ``secondaryNetwork.multus`` names this operator's image, the DaemonSet runs
 (``gpu-operator agent multus``, ``agents.multus``): it installs its CNI shim and conf through the
 host's CNI directories mounted under ``/host``, answers the shim on a socket under ``/var/lib/cni``
 and reads the kubelet's PodResources; its ClusterRole is only what it does (read pods and NADs,
-patch a pod's ``network-status`` annotation).
+patch a pod's ``network-status`` annotation, read nv-ipam's IPPools for a delegate with
+``"ipam": {"type": "nv-ipam"}``, which it hands to ``host-local`` with the node's block).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gpu_operator.render.network.objects import (
     config_map,
     container,
     daemonset,
+    field_env,
     host_volume,
     mount,
     resolve_image,
@@ -117,10 +119,13 @@ def _multus_agent(image: Image, *, place: Placement, config: str | None) -> NetS
         rules=[
             rule([""], ["pods"], ["get", "patch"]),
             rule(["k8s.cni.cncf.io"], ["network-attachment-definitions"], ["get", "list"]),
+            rule(["nv-ipam.nvidia.com"], ["ippools"], ["get", "list", "watch"]),
         ],
     )  # fmt: skip
+    # nv-ipam's pools live in the operator's namespace, the agent's own.
+    pools_env = field_env("IPPOOLS_NAMESPACE", "metadata.namespace")
     main = container(
-        net.MULTUS_CONTAINER, image=image, **agent_fields("multus"),
+        net.MULTUS_CONTAINER, image=image, **agent_fields("multus", env=[pools_env]),
         volumeMounts=[mount(name, f"{HOST_ROOT}{path}") for name, path in _AGENT_HOST_DIRS],
     )  # fmt: skip
     # Root, not the image's user: it writes root's CNI directories and the kubelet's socket is root's.
