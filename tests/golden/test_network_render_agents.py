@@ -19,7 +19,7 @@ from gpu_operator.names import network as net
 from gpu_operator.render.agents import AGENTS
 from gpu_operator.render.facts import DEFAULT_AGENT_IMAGE
 from gpu_operator.render.network import NetState, render_cluster_policy
-from gpu_operator.render.network.objects import HOST_ROOT
+from gpu_operator.render.network.agentpods import HOST_ROOT
 from tests.golden.test_network_render import check_golden as _check
 from tests.golden.test_network_render import facts, text_of
 

@@ -19,13 +19,12 @@ from __future__ import annotations
 from gpu_operator.api.network.imagespec import GlobalConfig, ImageSpec
 from gpu_operator.api.network.nicclusterpolicy import SecondaryNetworkSpec
 from gpu_operator.names import network as net
+from gpu_operator.render.network.agentpods import HOST_ROOT, agent_fields, runs_agent
 from gpu_operator.render.network.facts import NetState
 from gpu_operator.render.network.objects import (
-    HOST_ROOT,
     JSON,
     Image,
     Placement,
-    agent_fields,
     cluster_rbac,
     config_map,
     container,
@@ -36,7 +35,6 @@ from gpu_operator.render.network.objects import (
     resolve_image,
     resources,
     rule,
-    runs_agent,
 )
 
 CNI_BIN = "/opt/cni/bin"

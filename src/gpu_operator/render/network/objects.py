@@ -22,9 +22,6 @@ from pydantic import BaseModel
 
 from gpu_operator.api.network.imagespec import GlobalConfig, ImageSpec, image_of, pull_secrets_of
 from gpu_operator.names import network as net
-from gpu_operator.render.agents import EXECUTABLE
-from gpu_operator.render.catalog import READY_FILE
-from gpu_operator.render.implementations import repository_of
 
 JSON = dict[str, Any]
 
@@ -315,42 +312,6 @@ def deployment(
             "template": {"metadata": {"labels": {**app, **place.labels(state)}}, "spec": spec},
         },
     }
-
-
-# --- our agents --------------------------------------------------------------------------------------
-
-HOST_ROOT = "/host"
-#: The host's sysfs (read-only) and device nodes, where the NIC agents find the NICs (``HOST_ROOT``).
-AGENT_HOST_VOLUMES: tuple[JSON, ...] = (
-    {"name": "host-sys", "hostPath": {"path": "/sys"}},
-    {"name": "host-dev", "hostPath": {"path": "/dev"}},
-)
-AGENT_HOST_MOUNTS: tuple[JSON, ...] = (
-    {"name": "host-sys", "mountPath": f"{HOST_ROOT}/sys", "readOnly": True},
-    {"name": "host-dev", "mountPath": f"{HOST_ROOT}/dev"},
-)
-
-
-def runs_agent(image: Image, place: Placement) -> bool:
-    """The section's image is this operator's (same repository, any tag or digest): it runs our agent."""
-    return bool(place.agent_image) and repository_of(image.ref) == repository_of(place.agent_image)
-
-
-def agent_probe() -> JSON:
-    """Ready once the agent says so: ``gpu-operator agent`` touches the ready file (as the GPU operands)."""
-    return {"exec": {"command": ["test", "-f", READY_FILE]}, "periodSeconds": 5, "failureThreshold": 1}
-
-
-def agent_fields(name: str, *, env: Sequence[JSON] = (), probe: bool = True) -> JSON:
-    """Container fields of our agent NAME: its command, ``HOST_ROOT``, ``NODE_NAME`` and ``env``, and a
-    readiness probe on the agent's ready file (``probe``; init containers have none)."""
-    out: JSON = {
-        "command": [EXECUTABLE, "agent", name],
-        "env": [{"name": "HOST_ROOT", "value": HOST_ROOT}, field_env("NODE_NAME", "spec.nodeName"), *env],
-    }
-    if probe:
-        out["readinessProbe"] = agent_probe()
-    return out
 
 
 def resolve_image(spec: ImageSpec, global_: GlobalConfig | None) -> Image:

@@ -33,13 +33,12 @@ from gpu_operator.api.network.imagespec import GlobalConfig
 from gpu_operator.names import keys
 from gpu_operator.names import network as net
 from gpu_operator.names.selectors import tolerates
+from gpu_operator.render.network.agentpods import HOST_ROOT, agent_fields, runs_agent
 from gpu_operator.render.network.facts import NetState, NicNode
 from gpu_operator.render.network.objects import (
-    HOST_ROOT,
     JSON,
     Image,
     Placement,
-    agent_fields,
     cluster_rbac,
     container,
     daemonset,
@@ -47,7 +46,6 @@ from gpu_operator.render.network.objects import (
     mount,
     resolve_image,
     rule,
-    runs_agent,
     to_json,
 )
 

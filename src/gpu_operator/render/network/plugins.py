@@ -22,21 +22,18 @@ from __future__ import annotations
 from gpu_operator.api.network.components import DevicePluginSpec
 from gpu_operator.api.network.imagespec import GlobalConfig
 from gpu_operator.names import network as net
+from gpu_operator.render.network.agentpods import AGENT_HOST_MOUNTS, AGENT_HOST_VOLUMES, agent_fields, runs_agent
 from gpu_operator.render.network.facts import NetState
 from gpu_operator.render.network.objects import (
-    AGENT_HOST_MOUNTS,
-    AGENT_HOST_VOLUMES,
     JSON,
     Image,
     Placement,
-    agent_fields,
     config_map,
     container,
     daemonset,
     host_volume,
     mount,
     resolve_image,
-    runs_agent,
     service_account,
 )
 

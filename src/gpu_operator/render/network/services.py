@@ -17,13 +17,11 @@ from __future__ import annotations
 
 from gpu_operator.api.network.nicclusterpolicy import NicClusterPolicySpec
 from gpu_operator.names import network as net
+from gpu_operator.render.network.agentpods import AGENT_HOST_MOUNTS, AGENT_HOST_VOLUMES, agent_fields, runs_agent
 from gpu_operator.render.network.facts import NetState
 from gpu_operator.render.network.objects import (
-    AGENT_HOST_MOUNTS,
-    AGENT_HOST_VOLUMES,
     JSON,
     Placement,
-    agent_fields,
     cluster_rbac,
     config_map,
     container,
@@ -35,7 +33,6 @@ from gpu_operator.render.network.objects import (
     resolve_image,
     resources,
     rule,
-    runs_agent,
     service_account,
 )
 
