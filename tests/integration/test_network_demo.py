@@ -42,6 +42,10 @@ def test_network_demo_gives_a_pod_a_gpu_and_rdma_devices() -> None:
     assert f"advertises {demo.RDMA_RESOURCE}: {demo.RDMA_HCA_MAX}" in out
     assert f"advertises {demo.SRIOV_RESOURCE}: 4 (its ConnectX-7 VFs)" in out  # 2 NICs x 2 VFs configured
     assert "nvidia-peermem came up only after the OFED driver was ready" in out
+    # NIC feature discovery (our agent) read the node's sysfs: two ConnectX-7 ports, InfiniBand, 4 VFs.
+    assert re.search(r"NIC feature discovery labelled \S+: network.nvidia.com/nic.count=2, "
+                     r"network.nvidia.com/nic.product=ConnectX-7, network.nvidia.com/nic.infiniband.count=2, "
+                     r"network.nvidia.com/nic.sriov.vfs=4", out), out  # fmt: skip
     # 5: the pod holds one GPU and every RDMA device node of the matched HCAs (plus rdma_cm).
     assert re.search(rf"nvidia.com/gpu: .*{UUID}", out), out
     rdma = re.search(rf"{re.escape(demo.RDMA_RESOURCE)} \(device [^)]+\): (.+)", out)

@@ -147,6 +147,7 @@ class Milestones:
     sriov_allocatable: float | None = None
     peermem_loaded: float | None = None
     gpu_allocatable: float | None = None
+    nic_labels: float | None = None
 
     def done(self) -> bool:
         return None not in (
@@ -156,6 +157,17 @@ class Milestones:
             self.peermem_loaded,
             self.gpu_allocatable,
         )
+
+
+def _nic_labels(client: Client, node: str) -> str:
+    """NIC feature discovery's labels on the node (``key=value, ...``), "" before it ran."""
+    try:
+        meta = client.get(Node, node).metadata
+    except ApiError:
+        return ""
+    labels = (meta.labels if meta else None) or {}
+    keys_ = (net.NIC_FD_COUNT, net.NIC_FD_PRODUCT, net.NIC_FD_INFINIBAND_COUNT, net.NIC_FD_SRIOV_VFS)
+    return ", ".join(f"{k}={labels[k]}" for k in keys_ if k in labels) if net.NIC_FD_COUNT in labels else ""
 
 
 def _allocatable(client: Client, node: str, resource: str) -> int:
@@ -178,7 +190,7 @@ def _watch(*, console: Console, client: Client, host_root: Path, node: str, time
     def note(field: str, text: str) -> None:
         if getattr(seen, field) is None:
             setattr(seen, field, time.monotonic() - begin)
-            console.print(f"  {getattr(seen, field):5.1f} s  {text}")
+            console.print(f"  {getattr(seen, field):5.1f} s  {text}", soft_wrap=True)
 
     def check() -> bool:
         if (host_root / net.DRIVER_READY.lstrip("/")).exists():
@@ -187,6 +199,8 @@ def _watch(*, console: Console, client: Client, host_root: Path, node: str, time
             note("rdma_allocatable", f"{node} advertises {RDMA_RESOURCE}: {count}")
         if (count := _allocatable(client, node, SRIOV_RESOURCE)) > 0:
             note("sriov_allocatable", f"{node} advertises {SRIOV_RESOURCE}: {count} (its ConnectX-7 VFs)")
+        if labels := _nic_labels(client, node):
+            note("nic_labels", f"NIC feature discovery labelled {node}: {labels}")
         if (host_root / PEERMEM_MODULE).exists():
             note("peermem_loaded", "the GPU driver's nvidia-peermem is loaded (GPUDirect RDMA is on)")
         if (count := _allocatable(client, node, keys.GPU_RESOURCE)) > 0:
