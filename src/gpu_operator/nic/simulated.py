@@ -20,9 +20,10 @@ The simulator gives each NIC node a host directory; this module writes ``<root>/
 the node's mount namespace binds over ``/sys/bus/pci/devices``, and its ``/dev`` overlay): each function a
 directory of its own right in that directory, with everything a reader needs inside it (``net/<if>``,
 ``infiniband/mlx5_N``, the char devices' ``ibdev`` entries), ``virtfnN``/``physfn`` links relative
-within it, a ``driver`` link to where the kernel's would point (``../../drivers/mlx5_core``, absent on
-a kernel without the driver: only its name is read), and no ``/sys/class`` views, which a real node's
-kernel owns.
+within it, a ``driver`` link to a ``.driver/mlx5_core`` directory of the function's own (the kernel's
+target, ``/sys/bus/pci/drivers/mlx5_core``, is absent on a kernel without the driver, and tools such as
+the host-device CNI plugin resolve the link; readers take only its name), and no ``/sys/class`` views,
+which a real node's kernel owns.
 
 Beside the kernel's files it writes ``etc/simulated-nic/netns-mode`` (the RDMA netns mode the reader
 reports for this tree instead of asking the real kernel) and ib_core's ``netns_mode`` parameter.
@@ -263,7 +264,11 @@ def _write_function(w: _Writer, d: _Writer, fn: _Fn, index: int, *, node_index: 
     w.file(f"{rel}/class", f"0x{prof.pci_class}\n")
     w.file(f"{rel}/numa_node", f"{fn.nic.numa_node}\n")
     if flat:
-        w.link(f"{rel}/driver", f"../drivers/{DRIVER}")
+        # The kernel's target (/sys/bus/pci/drivers/mlx5_core) does not exist on a node without the driver,
+        # and tools resolve the link (host-device checks for a userspace driver): a directory of the
+        # function's own, named after the driver, keeps the name readers take and resolves.
+        w.dir(f"{rel}/.driver/{DRIVER}")
+        w.symlink(f"{rel}/driver", f".driver/{DRIVER}")
     else:
         w.link(f"sys/bus/pci/devices/{fn.address}", rel)
         w.link(f"{rel}/driver", f"sys/bus/pci/drivers/{DRIVER}")
