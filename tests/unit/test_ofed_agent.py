@@ -152,6 +152,30 @@ def test_restore_loads_back_the_hosts_own_modules(tmp_path: Path) -> None:
     assert not ctx.host_path("/sys/module/mlx5_core").exists()
 
 
+def test_a_failed_load_brings_the_hosts_own_driver_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A swap that unloaded the inbox mlx5 stack and then failed must not leave the node without a NIC
+    driver (the management port may run on it: upstream's #2176)."""
+    ctx = _ctx(tmp_path)
+    _preload(ctx, "mlx5_core", "mlx5_ib", "ib_core")
+    restored: list[str] = []
+
+    class Host(SimulatedOfed):
+        def load(self, module: str) -> None:
+            if module == "mlx5_ib":
+                raise modules.ModuleError(f"modprobe {module}: Unknown symbol in module")
+            super().load(module)
+
+        def restore(self, names: Sequence[str]) -> None:
+            restored.extend(names)
+            super().restore(names)
+
+    with pytest.raises(OfedError, match="Unknown symbol"):
+        _run(ctx, Host(host_root=ctx.host_path("/")), monkeypatch)
+    assert restored == ["mlx5_core", "mlx5_ib"]  # what the host had loaded before the swap
+    assert not ctx.path(DRIVER_READY).exists()
+    assert ctx.ready is False
+
+
 def test_storage_modules_block_the_swap_unless_asked_to_unload(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
     _preload(ctx, "nvme_rdma", "mlx5_core", "ib_core")

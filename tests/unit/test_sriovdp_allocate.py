@@ -33,7 +33,8 @@ POOL = {
 
 def test_env_names_follow_upstream() -> None:
     assert allocate.env_name(prefix="intel.com", name="sriov_a") == "PCIDEVICE_INTEL_COM_SRIOV_A"
-    assert allocate.env_name(prefix="nvidia.com", name="sriov-b") == "PCIDEVICE_NVIDIA_COM_SRIOV-B"  # '-' kept
+    # Only '.' becomes '_', as upstream: a prefix may hold '-' (DNS), kept; names cannot (config refuses).
+    assert allocate.env_name(prefix="my-nics.example", name="b") == "PCIDEVICE_MY-NICS_EXAMPLE_B"
 
 
 def test_allocate_envs_info_and_specs() -> None:

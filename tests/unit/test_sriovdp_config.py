@@ -36,7 +36,7 @@ def test_full_resource_and_selector_list() -> None:
         [
             {
                 "resourcePrefix": "nvidia.com",
-                "resourceName": "sriov-rdma",
+                "resourceName": "sriov_rdma",
                 "deviceType": "netDevice",
                 "excludeTopology": True,
                 "additionalInfo": {"*": {"k": "v"}},
@@ -50,7 +50,7 @@ def test_full_resource_and_selector_list() -> None:
         default_prefix="example.org",
     )
     (resource,) = config.resources
-    assert resource.full_name == "nvidia.com/sriov-rdma"
+    assert resource.full_name == "nvidia.com/sriov_rdma"
     assert resource.exclude_topology
     assert resource.additional_info == {"*": {"k": "v"}}
     first, second, third = resource.selectors
@@ -76,6 +76,8 @@ def test_default_prefix_parameter() -> None:
         ([{"resourceName": "a", "selectors": [{}, {"drivers": [1]}]}], "resourceList[0].selectors[1].drivers: must be"),
         ([{"resourceName": "a", "selectors": {"isRdma": "yes"}}], "resourceList[0].selectors.isRdma: must be true"),
         ([{"resourceName": "a/b", "selectors": {}}], "resourceList[0].resourceName: must match"),
+        # Upstream refuses '-' too: the name becomes part of PCIDEVICE_<PREFIX>_<NAME>, an env variable.
+        ([{"resourceName": "sriov-b", "selectors": {}}], "resourceList[0].resourceName: must match"),
         ([{"selectors": {}}], "resourceList[0].resourceName: must match"),
         ([{"resourceName": "a", "resourcePrefix": "Bad_Prefix", "selectors": {}}], "resourceList[0].resourcePrefix"),
         ([{"resourceName": "a", "deviceType": "gpu", "selectors": {}}], 'deviceType: unsupported deviceType "gpu"'),

@@ -83,6 +83,7 @@ class Ofed:
         self.name = f"ofed-driver[{ctx.node_name}]"
         self.before: list[str] = []  # the host's modules of LOAD_MODULES loaded before the swap
         self.swapped = False
+        self.touched = False  # prepare() began unloading the host's modules
 
     def clear_ready(self) -> None:
         self.drivers.mkdir(parents=True, exist_ok=True)
@@ -102,6 +103,7 @@ class Ofed:
         if "mlx5_core" in loaded and target and self.host.srcversion("mlx5_core") == target:
             return False
         self.before = [m for m in LOAD_MODULES if m in loaded]
+        self.touched = True  # from here on the host's modules change: a failure must restore them
         self.unload([*storage, *UNLOAD_ORDER], loaded=loaded)
         return True
 
@@ -136,6 +138,15 @@ class Ofed:
         tmp.write_text(f"{version}\n" if version else "", encoding="utf-8")
         tmp.replace(self.ready_file)
 
+    def recover(self) -> None:
+        """After a failed load: take out what loaded and bring back the host's own modules (best effort),
+        so a failed swap never leaves the node without a NIC driver (upstream's #2176)."""
+        try:
+            self.unload(list(UNLOAD_ORDER), loaded=self.host.loaded())
+            self.host.restore(self.before)
+        except (OfedError, ModuleError) as error:
+            log.error("%s: the host's driver was not restored after the failed load: %s", self.name, error)
+
     def stop(self) -> None:
         self.ready_file.unlink(missing_ok=True)
         if not flag(self.env, "RESTORE_DRIVER_ON_POD_TERMINATION", default=True) or not self.swapped:
@@ -169,6 +180,8 @@ async def main(ctx: AgentContext) -> None:
     except OfedError as error:
         log.error("%s: %s", ofed.name, error)
         ctx.set_ready(False)
+        if ofed.touched:  # the host's modules were unloaded for ours: put them back before the container exits
+            await asyncio.to_thread(ofed.recover)
         raise
     # A crash raises out of sleep: a dead container unloads nothing.
     await ctx.sleep(None)

@@ -34,7 +34,7 @@ DEFAULT_CONFIG = "/etc/pcidp/config.json"
 DEFAULT_PREFIX = "intel.com"
 NET_DEVICE = "netDevice"
 DEVICE_TYPES = (NET_DEVICE, "accelerator", "auxNetDevice")
-_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
+_NAME = re.compile(r"^[a-zA-Z0-9_]+$")  # upstream validResourceName: no "-" (it ends up in an env name)
 _PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LISTS = {
     "vendors": "vendors",

@@ -223,7 +223,11 @@ def render_nic_feature_discovery(spec: NicClusterPolicySpec, *, place: Placement
         image=image, volumes=volumes, service_account=NIC_FD_ACCOUNT, host_network=False,
         terminationGracePeriodSeconds=10,
     )  # fmt: skip
-    objects = (service_account(NIC_FD_ACCOUNT, state=state, place=place), ds)
+    if runs_agent(image, place):  # our agent labels its own Node (upstream's writes an NFD features file)
+        node_labels = [rule([""], ["nodes"], ["get", "patch"])]
+        objects = (*cluster_rbac(NIC_FD_ACCOUNT, state=state, place=place, rules=node_labels), ds)
+    else:
+        objects = (service_account(NIC_FD_ACCOUNT, state=state, place=place), ds)
     return NetState(name=state, enabled=True, objects=objects, daemonsets=(NIC_FD_DS,))
 
 
