@@ -129,6 +129,9 @@ def test_the_installed_shim_gets_delegates_over_the_socket_and_reports(tmp_path:
     (plugins / "fake").write_text(PLUGIN.format(python=sys.executable))
     (plugins / "fake").chmod(0o755)
     node = Node(root=short_root)
+    # The shim runs on the node under its python3: the agent installs nothing on a node without one.
+    node.host_path("/usr/bin").mkdir(parents=True)
+    node.host_path("/usr/bin/python3").symlink_to(sys.executable)
     conf_dir = node.host_path("/etc/cni/net.d")
     conf_dir.mkdir(parents=True)
     (conf_dir / "10-pods.conflist").write_text(json.dumps(

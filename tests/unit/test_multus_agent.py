@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from gpu_operator.agents.multus import install, shim
+from gpu_operator.agents.multus import install, program, shim
 from gpu_operator.agents.multus.service import MultusService
+from gpu_operator.gpu.null import NullBackend
 from gpu_operator.kubelet.allocation import ContainerDevices, PodDevices, ResourceDevices
 
 JSON = dict[str, Any]
@@ -182,3 +185,132 @@ def test_our_conf_is_removed_only_while_it_is_what_we_wrote(tmp_path: Path) -> N
     assert not install.remove_conf(tmp_path, written=b"something else")
     assert install.remove_conf(tmp_path, written=text)
     assert not install.remove_conf(tmp_path, written=text)
+
+
+# -- the agent's loop (program) --------------------------------------------------------------------
+
+
+class Context:
+    """An AgentContext with the node under ``root/host``, stopping after ``rounds`` resyncs."""
+
+    def __init__(self, root: Path, env: Mapping[str, str] | None = None, rounds: int = 1) -> None:
+        self.root, self.node_name, self.env = root, "node-1", dict(env or {})
+        self.plugin_dir, self.gpu, self.node = root / "plugins", NullBackend(), None
+        self.rounds = rounds
+        self.readiness: list[bool] = []
+
+    def path(self, container_path: str) -> Path:
+        return self.root / "container" / container_path.lstrip("/")
+
+    def host_path(self, node_path: str) -> Path:
+        return self.root / "host" / node_path.lstrip("/")
+
+    def set_ready(self, ready: bool = True) -> None:
+        self.readiness.append(ready)
+
+    async def sleep(self, seconds: float | None) -> bool:
+        self.rounds -= 1
+        return self.rounds <= 0
+
+
+def _node(tmp_path: Path, *, python3: str | None = "/usr/bin/python3") -> Context:
+    ctx = Context(tmp_path)
+    conf_dir = ctx.host_path(program.CNI_CONF_DIR)
+    conf_dir.mkdir(parents=True)
+    (conf_dir / "10-bridge.conflist").write_text(
+        json.dumps({"cniVersion": "1.0.0", "name": "bridge", "plugins": [{"type": "bridge"}]})
+    )
+    if python3:
+        _python3(ctx, python3)
+    return ctx
+
+
+def _python3(ctx: Context, node_path: str) -> None:
+    path = ctx.host_path(node_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to("/nonexistent/python3.12")  # an absolute link is a node path: not followed
+
+
+def _sync(ctx: Context, written: bytes | None = None) -> tuple[bool, bytes | None]:
+    return program.sync(ctx, conf_dir=ctx.host_path(program.CNI_CONF_DIR), timeout=60.0, written=written)
+
+
+def test_without_python3_on_the_node_no_conf_is_written_until_there_is_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx = _node(tmp_path, python3=None)
+    ours = ctx.host_path(program.CNI_CONF_DIR) / install.CONF_NAME
+    ours.write_text("{}")  # left by an earlier agent: every pod's ADD would fail with it
+    with caplog.at_level(logging.ERROR):
+        assert _sync(ctx) == (False, None)
+    assert not ours.exists()
+    assert not ctx.host_path(program.CNI_BIN_DIR).exists()
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "the node has no python3 for the CNI shim" in message
+    assert all(str(ctx.host_path(p)) in message for p in program.PYTHON3_PATHS)
+    _python3(ctx, "/usr/local/bin/python3")
+    ready, written = _sync(ctx)
+    assert ready
+    assert written == ours.read_bytes()
+    assert (ctx.host_path(program.CNI_BIN_DIR) / shim.TYPE).exists()
+    # python3 gone again (the node's image changed): our conf goes, the agent is not ready.
+    ctx.host_path("/usr/local/bin/python3").unlink()
+    assert _sync(ctx, written) == (False, None)
+    assert not ours.exists()
+
+
+def test_a_failed_write_is_logged_not_ready_and_retried_by_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx = _node(tmp_path)
+    ctx.rounds = 3
+    real = install.write_atomic
+    failures = [OSError(30, "Read-only file system"), OSError(28, "No space left on device")]
+
+    def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> bool:
+        if failures:
+            raise failures.pop(0)
+        return real(path, data, mode=mode)
+
+    async def start_server(service: object, *, socket_path: Path) -> FakeServer:
+        return FakeServer()
+
+    monkeypatch.setattr(install, "write_atomic", write_atomic)
+    monkeypatch.setattr(program, "start_server", start_server)
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(program.main(ctx, api=FakeApi({}, {})))
+    # Two resyncs fail (an OSError each): logged, not ready; the third installs the shim and the conf.
+    assert ctx.readiness == [False, False, True, False]
+    assert ["Read-only file system" in r.getMessage() or "No space left" in r.getMessage()
+            for r in caplog.records] == [True, True]  # fmt: skip
+    assert not (ctx.host_path(program.CNI_CONF_DIR) / install.CONF_NAME).exists()  # removed at the stop
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MULTUS_RESYNC_SECONDS": "10s"}, "MULTUS_RESYNC_SECONDS: not a number of seconds: '10s'"),
+        ({"MULTUS_RESYNC_SECONDS": "0"}, "MULTUS_RESYNC_SECONDS: must be a positive number of seconds"),
+        ({"MULTUS_SHIM_TIMEOUT_SECONDS": "nan"}, "MULTUS_SHIM_TIMEOUT_SECONDS: must be a positive number"),
+        ({"MULTUS_SHIM_TIMEOUT_SECONDS": "one minute"}, "MULTUS_SHIM_TIMEOUT_SECONDS: not a number of seconds"),
+    ],
+)
+def test_bad_env_values_are_an_error_at_start_naming_the_variable(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    ctx = Context(tmp_path, env=env)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        asyncio.run(program.main(ctx, api=FakeApi({}, {})))
+    assert ctx.readiness == []
+    assert (
+        program.env_seconds(Context(tmp_path, env={"MULTUS_RESYNC_SECONDS": " 2.5"}), "MULTUS_RESYNC_SECONDS", 10)
+        == 2.5
+    )
+
+
+class FakeServer:
+    def close(self) -> None:
+        return None
+
+    async def wait_closed(self) -> None:
+        return None

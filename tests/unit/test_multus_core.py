@@ -74,6 +74,14 @@ def test_the_json_form_carries_ips_mac_args_and_device() -> None:
         ('[{"name": "a"', "not valid JSON"),
         ('[{"name": "a", "ips": "192.0.2.1"}]', "ips must be a list of strings"),
         ('[{"name": "a", "interface": "much-too-long-name"}]', "is not a valid interface name"),
+        # The JSON form's namespace and name go into API paths: DNS-1123 labels, as in the comma form.
+        (
+            '[{"name": "a"}, {"name": "b", "namespace": "../kube-system"}]',
+            'entry 2 ({"name": "b", "namespace": "../kube-system"}): namespace \'../kube-system\' is not a DNS-1123',
+        ),
+        ('[{"name": "x/y"}]', 'entry 1 ({"name": "x/y"}): name \'x/y\' is not a DNS-1123 label'),
+        ('[{"name": ".."}]', "name '..' is not a DNS-1123 label"),
+        ('[{"name": "Net", "namespace": "team"}]', "name 'Net' is not a DNS-1123 label"),
     ],
 )
 def test_bad_annotations_are_errors_naming_the_pod_and_the_annotation(text: str, message: str) -> None:

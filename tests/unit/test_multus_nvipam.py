@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gpu_operator.agents.multus.delegates import DelegateError
-from gpu_operator.agents.multus.nvipam import DATA_DIR, pools_of, with_pool_ipam
+from gpu_operator.agents.multus.nvipam import DATA_DIR, STORE, pools_of, with_pool_ipam
 from gpu_operator.agents.multus.service import MultusService
 from gpu_operator.kubelet.allocation import PodDevices
 
@@ -37,7 +37,7 @@ def _conf(**ipam: Any) -> JSON:
 def test_the_nodes_block_becomes_a_host_local_range_with_routes() -> None:
     pool = _pool(gateway="203.0.113.254", defaultGateway=True, routes=[{"dst": "198.51.100.0/24"}])
     conf = with_pool_ipam(_conf(poolName="pool-a"), pools={"pool-a": pool}, node=NODE, where="w")
-    assert conf["name"] == "pool-a"  # host-local's store: <dataDir>/pool-a, shared by the pool's networks
+    assert conf["name"] == STORE  # host-local's store: <dataDir>/nv-ipam, shared by every pool's networks
     assert conf["ipam"] == {
         "type": "host-local", "dataDir": DATA_DIR,
         "ranges": [[{"subnet": "203.0.113.0/24", "rangeStart": "203.0.113.17", "rangeEnd": "203.0.113.32",
@@ -59,7 +59,7 @@ def test_exclusions_split_the_block_and_two_pools_give_two_range_sets() -> None:
         ("203.0.113.17", "203.0.113.19"), ("203.0.113.30", "203.0.113.32"),
     ]  # fmt: skip
     assert ranges[1] == [{"subnet": "fd00::/120", "rangeStart": "fd00::9", "rangeEnd": "fd00::10"}]
-    assert out["name"] == "pool-a,pool-6"
+    assert out["name"] == STORE
     assert out["plugins"][1] == {"type": "tuning"}
 
 
@@ -78,11 +78,29 @@ def test_pool_name_defaults_to_the_network_name_and_other_ipams_are_left_alone()
          f"IPPool {POOL_NS}/pool-a has no block for node {NODE}"),
         (_conf(poolName="a,b,c"), {}, "must name one or two pools"),
         (_conf(poolName="c", poolType="CIDRPool"), {}, "poolType cidrpool is not supported"),
+        (_conf(poolName="pool-a,pool-b"), {"pool-a": _pool(), "pool-b": _pool("pool-b")},
+         "ipam poolName names two IPv4 pools (pool-a, pool-b): one pool per IP family"),
+        (_conf(poolName="pool-a, pool-a"), {"pool-a": _pool()}, "names pool pool-a twice"),
     ],
 )  # fmt: skip
 def test_errors_name_the_pool_and_the_node(conf: JSON, pools: Mapping[str, JSON | None], expected: str) -> None:
     with pytest.raises(DelegateError, match=re.escape(expected)):
         with_pool_ipam(conf, pools=pools, node=NODE, where="pod team/p: NetworkAttachmentDefinition team/mv")
+
+
+def _v6(name: str = "pool-6") -> JSON:
+    return {"metadata": {"name": name, "namespace": POOL_NS}, "spec": {"subnet": "fd00::/120", "perNodeBlockSize": 8},
+            "status": {"allocations": [{"nodeName": NODE, "startIP": "fd00::9", "endIP": "fd00::10"}]}}  # fmt: skip
+
+
+@pytest.mark.parametrize("pool_names", ["pool-a", "pool-a,pool-6", "pool-6,pool-a", "pool-6"])
+def test_every_network_on_a_pool_shares_one_store_whatever_it_pairs_the_pool_with(pool_names: str) -> None:
+    # host-local's store is <dataDir>/<conf name>: were it the NAD's pool list, a NAD on pool-a alone and one
+    # on pool-a,pool-6 would allocate pool-a's block from two stores and give two pods the same address.
+    pools = {"pool-a": _pool(), "pool-6": _v6()}
+    out = with_pool_ipam(_conf(poolName=pool_names), pools=pools, node=NODE, where="w")
+    assert (out["name"], out["ipam"]["dataDir"]) == (STORE, DATA_DIR)
+    assert len(out["ipam"]["ranges"]) == len(pool_names.split(","))
 
 
 class FakeApi:

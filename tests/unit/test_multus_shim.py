@@ -25,7 +25,8 @@ with open(conf["log"], "a") as log:
                           "prev": "prevResult" in conf, "runtime": conf.get("runtimeConfig"),
                           "netns": os.environ.get("CNI_NETNS")}}) + "\\n")
 if conf.get("fail") == command:
-    print(json.dumps({{"cniVersion": conf["cniVersion"], "code": 11, "msg": "fake failure", "details": ifname}}))
+    code = conf["code"] if "code" in conf else 11
+    print(json.dumps({{"cniVersion": conf["cniVersion"], "code": code, "msg": "fake failure", "details": ifname}}))
     sys.exit(1)
 if command == "ADD":
     result = conf.get("prevResult") or {{"cniVersion": conf["cniVersion"], "interfaces": [], "ips": []}}
@@ -152,10 +153,130 @@ def test_a_failed_add_deletes_what_it_added_and_answers_the_cni_error(
     code, error = _run(tmp_path, plugins, "ADD", _conf(tmp_path))
     assert code == 1
     assert error == {"cniVersion": "1.0.0", "code": 11, "msg": "fake failure", "details": "net2"}
-    calls = [(c["command"], c["ifname"]) for c in _log(tmp_path)]
-    assert calls[-3:] == [("DEL", "net1"), ("DEL", "eth0"), ("DEL", "eth0")]
+    calls = [(c["command"], c["ifname"], c["prev"]) for c in _log(tmp_path)]
+    # net2's ADD failed half way, maybe with something left: it is deleted too, without a prevResult
+    # (it has no result; a CNI DEL tolerates what was never added).
+    assert calls[-4:] == [("DEL", "net2", False), ("DEL", "net1", True), ("DEL", "eth0", True), ("DEL", "eth0", True)]
     assert not (tmp_path / "cache" / "c1").exists()
     assert [r["op"] for r in agent.requests] == ["delegates"]  # nothing reported
+
+
+def test_each_network_is_cached_before_its_add_runs(
+    tmp_path: Path, plugins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[list[tuple[str, Any]]] = []
+    real = shim.run_network
+
+    def run_network(**kwargs: Any) -> JSON | None:
+        if kwargs["command"] == "ADD":
+            cached = json.loads((tmp_path / "cache" / "c1").read_text())
+            seen.append([(n["ifname"], n["result"] is None) for n in cached["networks"]])
+        return real(**kwargs)
+
+    monkeypatch.setattr(shim, "ask_agent", Agent([_secondary(tmp_path, "mv", "net1")]))
+    monkeypatch.setattr(shim, "run_network", run_network)
+    assert _run(tmp_path, plugins, "ADD", _conf(tmp_path))[0] == 0
+    # A crash during an ADD leaves the network cached (result None) for the runtime's DEL.
+    assert seen == [[("eth0", True)], [("eth0", False), ("net1", True)]]
+
+
+def test_a_rollback_keeps_cached_what_it_failed_to_delete_for_the_runtimes_del(
+    tmp_path: Path, plugins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = Agent([_secondary(tmp_path, "mv", "net1", fail="DEL"), _secondary(tmp_path, "bad", "net2", fail="ADD")])
+    monkeypatch.setattr(shim, "ask_agent", agent)
+    code, error = _run(tmp_path, plugins, "ADD", _conf(tmp_path))
+    assert (code, error["code"], error["details"]) == (1, 11, "net2")  # the ADD's error, not the rollback's
+    left = json.loads((tmp_path / "cache" / "c1").read_text())
+    assert [n["ifname"] for n in left["networks"]] == ["net1"]
+    (tmp_path / "calls.log").unlink()
+    # The runtime's DEL after the failed ADD retries net1 (and only it).
+    code, error = _run(tmp_path, plugins, "DEL", _conf(tmp_path))
+    assert (code, error["msg"]) == (1, "1 network(s) failed to delete: fake failure")
+    assert [(c["command"], c["ifname"]) for c in _log(tmp_path)] == [("DEL", "net1")]
+
+
+def test_any_exception_is_a_cni_error_and_an_add_rolls_back_first(
+    tmp_path: Path, plugins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shim, "ask_agent", Agent([_secondary(tmp_path, "mv", "net1")]))
+    real = shim.save_cache
+
+    def save_cache(cache_dir: str, container_id: str, entry: JSON) -> None:
+        if len(entry["networks"]) == 2:
+            raise OSError(28, "No space left on device")
+        real(cache_dir, container_id, entry)
+
+    monkeypatch.setattr(shim, "save_cache", save_cache)
+    code, error = _run(tmp_path, plugins, "ADD", _conf(tmp_path))
+    assert code == 1
+    assert error == {"cniVersion": "1.0.0", "code": 999,
+                     "msg": f"{shim.TYPE} ADD: OSError: [Errno 28] No space left on device"}  # fmt: skip
+    # The cluster network was up: it is deleted (net1, cached, never added: its DEL is harmless).
+    assert [(c["command"], c["ifname"]) for c in _log(tmp_path)] == [
+        ("ADD", "eth0"), ("ADD", "eth0"), ("DEL", "net1"), ("DEL", "eth0"), ("DEL", "eth0"),
+    ]  # fmt: skip
+    assert not (tmp_path / "cache" / "c1").exists()
+
+
+def test_a_plugin_that_cannot_run_or_answers_code_null_is_a_cni_error(
+    tmp_path: Path, plugins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (plugins / "garbage").write_bytes(b"\x00\x01\x02 not an executable")
+    (plugins / "garbage").chmod(0o755)
+    garbage = _secondary(tmp_path, "g", "net1", type="garbage")
+    monkeypatch.setattr(shim, "ask_agent", Agent([garbage]))
+    code, error = _run(tmp_path, plugins, "ADD", _conf(tmp_path))
+    assert (code, error["code"]) == (1, 999)
+    assert error["msg"].startswith(f"plugin garbage ADD: cannot run {plugins}/garbage: ")
+    assert [(c["command"], c["ifname"]) for c in _log(tmp_path)][-2:] == [("DEL", "eth0"), ("DEL", "eth0")]
+    # Its DEL cannot run either: it stays cached for the runtime's DEL.
+    left = json.loads((tmp_path / "cache" / "c1").read_text())
+    assert [n["network"] for n in left["networks"]] == ["team/g"]
+
+    (tmp_path / "calls.log").unlink()
+    monkeypatch.setattr(shim, "ask_agent", Agent([_secondary(tmp_path, "bad", "net1", fail="ADD", code=None)]))
+    code, error = _run(tmp_path, plugins, "ADD", _conf(tmp_path), container="c2")
+    assert error == {"cniVersion": "1.0.0", "code": 999, "msg": "fake failure", "details": "net1"}
+    assert code == 1
+    assert [(c["command"], c["ifname"]) for c in _log(tmp_path)][-3:] == [("DEL", "net1"), ("DEL", "eth0"),
+                                                                          ("DEL", "eth0")]  # fmt: skip
+    assert not (tmp_path / "cache" / "c2").exists()
+
+
+@pytest.mark.parametrize(
+    ("delegates", "message"),
+    [
+        ([{"network": "team/mv", "ifname": "net1"}], "malformed delegate 1: "),
+        ([{"network": "team/mv", "ifname": 3, "conf": {}}], "malformed delegate 1: "),
+        ("net1", "answered delegates 'net1', not a list"),
+    ],
+)
+def test_a_malformed_agent_answer_is_a_cni_error_before_anything_runs(
+    tmp_path: Path, plugins: Path, monkeypatch: pytest.MonkeyPatch, delegates: Any, message: str
+) -> None:
+    monkeypatch.setattr(shim, "ask_agent", Agent(delegates))
+    code, error = _run(tmp_path, plugins, "ADD", _conf(tmp_path))
+    assert (code, error["code"]) == (1, 999)
+    assert message in error["msg"]
+    assert _log(tmp_path) == []
+    assert not (tmp_path / "cache" / "c1").exists()
+
+
+def test_a_bad_timeout_or_any_other_exception_is_cni_error_json(
+    tmp_path: Path, plugins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, error = _run(tmp_path, plugins, "ADD", {**_conf(tmp_path), "timeoutSeconds": "soon"})
+    assert (code, error["code"]) == (1, shim.INVALID_CONFIG)
+    assert error["msg"] == f"{shim.TYPE}: timeoutSeconds 'soon' is not a number"
+
+    def broken(self: shim.Shim) -> None:
+        raise KeyError("conf")
+
+    monkeypatch.setattr(shim.Shim, "check", broken)
+    assert _run(tmp_path, plugins, "CHECK", _conf(tmp_path)) == (
+        1, {"cniVersion": "1.0.0", "code": 999, "msg": f"{shim.TYPE} CHECK: KeyError: 'conf'"},
+    )  # fmt: skip
 
 
 def test_a_failed_del_keeps_what_is_left_for_the_retry(

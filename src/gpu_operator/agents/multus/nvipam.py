@@ -1,17 +1,20 @@
 """nv-ipam on the node without nv-ipam: a delegate's ``"ipam": {"type": "nv-ipam"}`` becomes ``host-local`` (pure).
 
-Upstream's NAD IPAM config names pools with ``poolName`` (one, or two comma-separated, e.g. an IPv4
-and an IPv6 pool; absent: the network's name) and ``poolType`` (``ippool``, the default, or
-``cidrpool``, case-insensitive). :func:`pools_of` lists the IPPools a conf needs and
+Upstream's NAD IPAM config names pools with ``poolName`` (one, or two comma-separated: an IPv4 and an
+IPv6 pool, two pools of one family are refused; absent: the network's name) and ``poolType``
+(``ippool``, the default, or ``cidrpool``, case-insensitive). :func:`pools_of` lists the IPPools a conf needs and
 :func:`with_pool_ipam` rewrites each such plugin's ``ipam`` to the real ``host-local`` plugin with
 this node's block from each pool's ``status.allocations`` (the network operator writes them):
 
 - ``ranges``: one range set per pool, the block as ``rangeStart``..``rangeEnd`` in the pool's
   ``subnet`` with its ``gateway``, split around the pool's exclusions and the gateway;
 - ``routes``: the pool's ``routes`` through the gateway, and a default route when ``defaultGateway``;
-- ``dataDir``: ``/var/lib/cni/nv-ipam``, and the conf's ``name`` becomes the pool names joined by
-  ``,``: host-local keeps its reservations in ``<dataDir>/<name>``, so every network on one pool shares
-  one store and no two pods of the node get the same address (as upstream's per-pool allocation).
+- ``dataDir``: ``/var/lib/cni/nv-ipam``, and the conf's ``name`` becomes :data:`STORE` for every
+  nv-ipam network: host-local keeps its reservations in ``<dataDir>/<name>``, one file per address, and
+  one store is the only way every network on a pool shares its store whatever other pool a NAD pairs it
+  with (``pool-a`` alone, ``pool-a,pool-6``): no two pods of the node get the same address of a pool
+  (as upstream's per-pool allocation). Pools whose blocks overlap on a node (the same subnet) share
+  those addresses on it: never one address twice, at most fewer for each.
 
 So addresses are allocated and released by host-local, as for any host-local network. A pool that
 does not exist, or has no block for this node yet, is a :class:`~.delegates.DelegateError` naming the
@@ -29,6 +32,8 @@ from gpu_operator.api.network.ippool import ExcludeRange, free_ranges, parse_add
 JSON = dict[str, Any]
 TYPE = "nv-ipam"
 DATA_DIR = "/var/lib/cni/nv-ipam"
+#: host-local's store (``<DATA_DIR>/<STORE>``), the conf ``name`` of every nv-ipam network on the node.
+STORE = "nv-ipam"
 IPPOOL, CIDRPOOL = "ippool", "cidrpool"
 
 
@@ -52,7 +57,10 @@ def pool_names(conf: JSON, ipam: Mapping[str, Any], *, where: str) -> list[str]:
     names = text.split(",")
     if not text or len(names) > 2 or any(not n.strip() for n in names):
         raise DelegateError(f"{where}: ipam poolName {text!r} must name one or two pools, comma-separated")
-    return [n.strip() for n in names]
+    out = [n.strip() for n in names]
+    if len(out) == 2 and out[0] == out[1]:
+        raise DelegateError(f"{where}: ipam poolName {text!r} names pool {out[0]} twice")
+    return out
 
 
 def pools_of(conf: JSON, *, where: str) -> list[str]:
@@ -107,18 +115,25 @@ def with_pool_ipam(conf: JSON, *, pools: Mapping[str, Mapping[str, Any] | None],
         names_used = names
         range_sets: list[Any] = []
         routes: list[JSON] = []
+        families: dict[int, str] = {}
         for name in names:
             pool = pools.get(name)
             if pool is None:
                 raise DelegateError(f"{where}: IPPool {name} (ipam poolName) does not exist")
+            network = parse_network((pool.get("spec") or {}).get("subnet"))
+            if network is not None and network.version in families:
+                raise DelegateError(f"{where}: ipam poolName names two IPv{network.version} pools "
+                                    f"({families[network.version]}, {name}): one pool per IP family")  # fmt: skip
+            if network is not None:
+                families[network.version] = name
             ranges, pool_routes = _block(pool, node=node, where=where)
             range_sets.append(ranges)
             routes.extend(pool_routes)
         plugin["ipam"] = {"type": "host-local", "ranges": range_sets, "dataDir": DATA_DIR,
                           **({"routes": routes} if routes else {})}  # fmt: skip
     if names_used:
-        conf["name"] = ",".join(names_used)
+        conf["name"] = STORE
     return conf
 
 
-__all__ = ["DATA_DIR", "TYPE", "pool_names", "pools_of", "with_pool_ipam"]
+__all__ = ["DATA_DIR", "STORE", "TYPE", "pool_names", "pools_of", "with_pool_ipam"]

@@ -3,9 +3,13 @@
 1. Serve the shim's requests on ``/var/lib/cni/gpu-operator/multus.sock`` (``service``);
 2. install the shim as ``/opt/cni/bin/gpu-operator-multus`` and, once the node's own network conf is
    there, our conf ``/etc/cni/net.d/00-gpu-operator-multus.conflist`` wrapping it (``install``);
-   Ready from then on;
-3. every ``MULTUS_RESYNC_SECONDS`` (default 10): write the conf again if the node's network changed
-   (or someone removed ours);
+   Ready from then on. The shim runs with the node's ``python3``: without one (:data:`PYTHON3_PATHS`)
+   no conf is written (ours is removed: every pod's ADD would fail, the cluster network's too), an
+   error names the paths looked at and the agent is not ready; a failed write (OSError) is logged,
+   not ready too; both are tried again next resync. A bad ``MULTUS_RESYNC_SECONDS`` or
+   ``MULTUS_SHIM_TIMEOUT_SECONDS`` is an error naming it at start;
+3. every ``MULTUS_RESYNC_SECONDS`` (default 10): check python3, install the shim and write the conf
+   again if the node's network changed (or someone removed ours);
 4. asked to stop: remove our conf (if it still is ours), then stop serving. Upstream's DaemonSet does
    the same (``--cleanup-config-on-exit``): the shim cannot work without this agent, and a conf left
    behind would fail every new pod of the node once the agent is gone for good (the policy's
@@ -20,6 +24,8 @@ the kube layer's client (the pod's service account), PodResources the kubelet's 
 from __future__ import annotations
 
 import logging
+import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -84,14 +90,41 @@ def build_service(ctx: AgentContext, *, api: MultusApi | None = None) -> MultusS
     )  # fmt: skip
 
 
-def sync_conf(ctx: AgentContext, *, conf_dir: Path) -> bytes | None:
+#: Where the shim's ``#!/usr/bin/env python3`` may find its interpreter on the node (node paths).
+PYTHON3_PATHS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
+DEFAULT_RESYNC_SECONDS = 10.0
+
+
+def env_seconds(ctx: AgentContext, variable: str, default: float) -> float:
+    """A positive number of seconds from ``variable`` (unset or empty: ``default``); a ValueError naming it."""
+    raw = ctx.env.get(variable) or ""
+    if not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{variable}: not a number of seconds: {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{variable}: must be a positive number of seconds (got {raw!r})")
+    return value
+
+
+def host_python3(ctx: AgentContext) -> str | None:
+    """The node path of a python3 the shim can run with, or None. A link counts as found without being
+    followed: an absolute target is a node path, not one of this container."""
+    for node_path in PYTHON3_PATHS:
+        if os.path.lexists(ctx.host_path(node_path)):
+            return node_path
+    return None
+
+
+def sync_conf(ctx: AgentContext, *, conf_dir: Path, timeout: float = shim.DEFAULT_TIMEOUT) -> bytes | None:
     """Write our conf for the node's current network; what it holds, or None while there is none."""
     try:
         source, cluster = install.cluster_network(conf_dir)
     except install.ClusterNetworkError as error:
         log.warning("multus: %s", error)
         return None
-    timeout = float(ctx.env.get("MULTUS_SHIM_TIMEOUT_SECONDS") or shim.DEFAULT_TIMEOUT)
     conf = install.multus_conf(cluster=cluster, socket=SOCKET, cache_dir=CACHE_DIR, timeout_seconds=timeout)
     text = install.conf_text(conf)
     if install.write_atomic(conf_dir / install.CONF_NAME, text):
@@ -99,23 +132,56 @@ def sync_conf(ctx: AgentContext, *, conf_dir: Path) -> bytes | None:
     return text
 
 
+def sync(ctx: AgentContext, *, conf_dir: Path, timeout: float, written: bytes | None) -> tuple[bool, bytes | None]:
+    """One round: check the node's python3, install the shim, write our conf. Whether the agent is ready
+    and the conf it last wrote. Without python3 every pod's ADD would fail (the cluster network's too),
+    so there is no conf then (ours is removed); an OSError is logged: not ready, tried again next round."""
+    if host_python3(ctx) is None:
+        looked = ", ".join(str(ctx.host_path(p)) for p in PYTHON3_PATHS)
+        log.error(
+            "multus: the node has no python3 for the CNI shim (looked at %s): no %s is written and pods "
+            "get the cluster network alone; checked again every resync",
+            looked,
+            install.CONF_NAME,
+        )
+        try:
+            if install.remove_conf(conf_dir, written=written):
+                log.info("multus: %s removed", install.CONF_NAME)
+        except OSError as error:
+            log.error("multus: cannot remove %s: %s", conf_dir / install.CONF_NAME, error)
+            return False, written
+        return False, None
+    try:
+        if install.install_shim(ctx.host_path(CNI_BIN_DIR)):
+            log.info("multus: shim installed as %s/%s", CNI_BIN_DIR, shim.TYPE)
+        text = sync_conf(ctx, conf_dir=conf_dir, timeout=timeout)
+    except OSError as error:
+        log.error("multus: installing the shim or writing %s failed: %s (tried again next resync)",
+                  install.CONF_NAME, error)  # fmt: skip
+        return False, written
+    written = text or written
+    return written is not None, written
+
+
 async def main(ctx: AgentContext, *, api: MultusApi | None = None) -> None:
-    resync = float(ctx.env.get("MULTUS_RESYNC_SECONDS") or 10)
+    resync = env_seconds(ctx, "MULTUS_RESYNC_SECONDS", DEFAULT_RESYNC_SECONDS)
+    timeout = env_seconds(ctx, "MULTUS_SHIM_TIMEOUT_SECONDS", shim.DEFAULT_TIMEOUT)
     conf_dir = ctx.host_path(CNI_CONF_DIR)
     service = build_service(ctx, api=api)
     server = await start_server(service, socket_path=ctx.host_path(SOCKET))
     written: bytes | None = None
     try:
-        if install.install_shim(ctx.host_path(CNI_BIN_DIR)):
-            log.info("multus: shim installed as %s/%s", CNI_BIN_DIR, shim.TYPE)
         while True:
-            written = sync_conf(ctx, conf_dir=conf_dir) or written
-            ctx.set_ready(written is not None)
+            ready, written = sync(ctx, conf_dir=conf_dir, timeout=timeout, written=written)
+            ctx.set_ready(ready)
             if await ctx.sleep(resync):
                 break
     finally:
-        if install.remove_conf(conf_dir, written=written):
-            log.info("multus: %s removed", install.CONF_NAME)
+        try:
+            if install.remove_conf(conf_dir, written=written):
+                log.info("multus: %s removed", install.CONF_NAME)
+        except OSError as error:
+            log.error("multus: cannot remove %s: %s", conf_dir / install.CONF_NAME, error)
         ctx.set_ready(False)
         server.close()
         await server.wait_closed()

@@ -5,7 +5,8 @@ Two forms, as the Network Plumbing Working Group's specification has them:
 - a comma list of ``[namespace/]name[@interface]`` (``macvlan-a, other/hostdev-a@data0``), each part a
   DNS-1123 label;
 - a JSON list of objects with ``name`` (required), ``namespace``, ``interface``, ``ips``, ``mac``,
-  ``cni-args`` and ``deviceID``.
+  ``cni-args`` and ``deviceID``; ``name`` and ``namespace`` are DNS-1123 labels as in the comma form
+  (they become API paths).
 
 A network without a namespace is looked up in the pod's. Interfaces are ``net1``, ``net2``, ... by
 position unless an entry names its own; two entries on one interface are an error. Every error names
@@ -95,11 +96,15 @@ def _json_entry(obj: Any, *, pod: str, index: int) -> dict[str, Any]:
     name = _string(obj, "name", where=where)
     if not name:
         raise MultusError(f"{where}: name is required")
+    namespace = _string(obj, "namespace", where=where)
+    for what, value in (("namespace", namespace), ("name", name)):
+        if value and not _LABEL.match(value):
+            raise MultusError(f"{where}: {what} {value!r} is not a DNS-1123 label (lower case a-z, 0-9 and '-')")
     cni_args = obj.get("cni-args") or {}
     if not isinstance(cni_args, dict):
         raise MultusError(f"{where}: cni-args must be an object")
     return {
-        "namespace": _string(obj, "namespace", where=where),
+        "namespace": namespace,
         "name": name,
         "interface": _string(obj, "interface", where=where),
         "ips": _strings(obj.get("ips"), where=where, what="ips"),

@@ -9,9 +9,11 @@ interface), asks the agent over its unix socket (``socket``) for the pod's secon
 (``net1``, ...), reports every result back (the agent writes the pod's ``network-status``) and prints
 the cluster network's result. What it ran is cached per container (``cacheDir``), so DEL needs no API:
 it deletes the networks in reverse order and tolerates a missing cache (the cluster network alone is
-deleted then). A failed ADD deletes what it had added. CHECK checks each cached network; STATUS says
-whether the agent answers; GC forgets containers the runtime no longer knows. Errors are CNI error
-JSON on stdout with a non-zero exit.
+deleted then). Each network is cached before its ADD runs, so a failed ADD deletes what it had started
+(the failed network too: a CNI DEL tolerates what was never added) and keeps cached the networks whose
+DEL failed, for the runtime's DEL to retry. CHECK checks each cached network; STATUS says whether the
+agent answers; GC forgets containers the runtime no longer knows. Errors, any exception included, are
+CNI error JSON on stdout (code 999 for what is not a CNI error) with a non-zero exit.
 """
 
 from __future__ import annotations
@@ -107,16 +109,25 @@ def exec_plugin(*, command: str, conf: JSON, ifname: str, env: dict[str, str]) -
     """Run the plugin ``conf["type"]`` from ``CNI_PATH`` for ``command`` on ``ifname``; its result, if any."""
     path = find_plugin(str(conf.get("type", "")), env.get("CNI_PATH", ""))
     child_env = dict(env, CNI_COMMAND=command, CNI_IFNAME=ifname)
-    done = subprocess.run([path], input=json.dumps(conf).encode(), env=child_env, capture_output=True, check=False)
+    try:
+        done = subprocess.run([path], input=json.dumps(conf).encode(), env=child_env, capture_output=True,
+                              check=False)  # fmt: skip
+    except OSError as error:
+        raise CniError(999, f"plugin {conf.get('type')} {command}: cannot run {path}: {error}") from None
     output = done.stdout.decode(errors="replace").strip()
     if done.returncode != 0:
-        try:
-            error = json.loads(output)
-            raise CniError(int(error.get("code", 999)), str(error.get("msg", "")), str(error.get("details", "")))
-        except (ValueError, AttributeError):
-            detail = (output or done.stderr.decode(errors="replace")).strip()
-            failed = f"plugin {conf.get('type')} {command} failed (exit {done.returncode})"
-            raise CniError(999, failed, detail) from None
+        failed = f"plugin {conf.get('type')} {command} failed (exit {done.returncode})"
+        answer: Any = None
+        with contextlib.suppress(ValueError):
+            answer = json.loads(output)
+        if isinstance(answer, dict):
+            code = answer.get("code")
+            if not isinstance(code, int) or isinstance(code, bool):
+                code = 999  # absent, null or not a number: a generic failure
+            details = answer.get("details")
+            raise CniError(code, str(answer.get("msg") or failed), "" if details is None else str(details))
+        detail = (output or done.stderr.decode(errors="replace")).strip()
+        raise CniError(999, failed, detail)
     if not output:
         return None
     try:
@@ -222,7 +233,12 @@ class Shim:
         self.ifname = env.get("CNI_IFNAME", "eth0")
         self.socket = str(conf.get("socket") or DEFAULT_SOCKET)
         self.cache_dir = str(conf.get("cacheDir") or DEFAULT_CACHE_DIR)
-        self.timeout = float(conf.get("timeoutSeconds") or DEFAULT_TIMEOUT)
+        try:
+            self.timeout = float(conf.get("timeoutSeconds") or DEFAULT_TIMEOUT)
+        except (TypeError, ValueError):
+            raise CniError(
+                INVALID_CONFIG, f"{TYPE}: timeoutSeconds {conf.get('timeoutSeconds')!r} is not a number"
+            ) from None
         self.k8s = parse_cni_args(env.get("CNI_ARGS", ""))
 
     @property
@@ -243,56 +259,83 @@ class Shim:
                 "containerID": self.container_id, **fields}  # fmt: skip
         return ask_agent(self.socket, body, timeout=self.timeout)
 
+    def _delegates(self, primary: JSON) -> list[JSON]:
+        """The pod's secondary networks, as the agent answers them (checked: a bad answer runs nothing)."""
+        if self.pod is None:
+            return []
+        asked = self._request("delegates", cniVersion=primary.get("cniVersion", self.version), ifname=self.ifname)
+        delegates = asked.get("delegates") or []
+        if not isinstance(delegates, list):
+            raise CniError(999, f"the gpu-operator multus agent answered delegates {delegates!r}, not a list")
+        for index, delegate in enumerate(delegates):
+            if (not isinstance(delegate, dict) or not isinstance(delegate.get("conf"), dict)
+                    or not isinstance(delegate.get("ifname"), str) or not delegate["ifname"]):  # fmt: skip
+                shown = json.dumps(delegate)[:200]
+                raise CniError(999, f"the gpu-operator multus agent answered a malformed delegate {index + 1}: "
+                                    f"{shown} (an object with conf and ifname expected)")  # fmt: skip
+        return delegates
+
     def add(self) -> JSON | None:
         primary = self.cluster_network
         entry: JSON = {"containerID": self.container_id, "netns": self.env.get("CNI_NETNS", ""), "networks": []}
         done: list[JSON] = entry["networks"]
         try:
-            secondaries: list[JSON] = []
-            if self.pod is not None:
-                asked = self._request("delegates", cniVersion=primary.get("cniVersion", self.version),
-                                      ifname=self.ifname)  # fmt: skip
-                secondaries = list(asked.get("delegates") or [])
+            secondaries = self._delegates(primary)
             runtime = self.conf.get("runtimeConfig") or {}
             first = {"network": str(primary.get("name", "")), "ifname": self.ifname, "conf": primary,
                      "runtimeConfig": runtime, "default": True}  # fmt: skip
             result = None
             for delegate in [first, *secondaries]:
+                # Cached before its ADD runs: a crash or failure half way leaves it for a DEL to undo.
+                record = {**delegate, "result": None}
+                done.append(record)
+                save_cache(self.cache_dir, self.container_id, entry)
                 out = run_network(command="ADD", network=delegate["conf"], ifname=delegate["ifname"], env=self.env,
                                   runtime_config=delegate.get("runtimeConfig"))  # fmt: skip
-                done.append({**delegate, "result": out})
+                record["result"] = out
                 save_cache(self.cache_dir, self.container_id, entry)
                 result = result or out
-        except CniError:
-            self._delete(entry, quiet=True)
+        except Exception:
+            try:
+                self._delete(entry, quiet=True)
+            except Exception as error:  # the ADD's error is the one to answer
+                sys.stderr.write(f"{TYPE}: rollback of the failed ADD failed: {error}\n")
             raise
         if self.pod is not None:
             reports = [{k: d.get(k) for k in ("network", "ifname", "default", "result", "resource", "deviceID")}
                        for d in done]  # fmt: skip
             try:
                 self._request("report", networks=reports)
-            except CniError as error:
+            except Exception as error:
                 # The pod's networks are up: a missing network-status annotation is not worth failing it.
-                sys.stderr.write(f"{TYPE}: network-status not written: {error.msg}\n")
+                sys.stderr.write(f"{TYPE}: network-status not written: {error}\n")
         return result
 
     def _delete(self, entry: JSON, *, quiet: bool = False) -> None:
-        """DEL every network of ``entry`` in reverse; the cache keeps those whose DEL failed."""
+        """DEL every network of ``entry`` in reverse; the cache keeps those whose DEL failed (for the
+        runtime's next DEL, or the next GC). ``quiet``: the failures are not raised."""
         errors: list[CniError] = []
         env = dict(self.env, CNI_NETNS=self.env.get("CNI_NETNS") or entry.get("netns", ""))
-        for delegate in reversed(list(entry.get("networks") or [])):
+        networks = entry.get("networks")
+        left: list[JSON] = []
+        for delegate in reversed(networks if isinstance(networks, list) else []):
             try:
                 run_network(command="DEL", network=delegate["conf"], ifname=delegate["ifname"], env=env,
                             runtime_config=delegate.get("runtimeConfig"), cached=delegate.get("result"))  # fmt: skip
             except CniError as error:
                 errors.append(error)
-                continue
-            entry["networks"].remove(delegate)
-        if errors and not quiet:
+                left.insert(0, delegate)
+            except Exception as error:
+                errors.append(CniError(999, f"{type(error).__name__}: {error}"))
+                left.insert(0, delegate)
+        entry["networks"] = left
+        if left:
             save_cache(self.cache_dir, self.container_id, entry)
+        else:
+            drop_cache(self.cache_dir, self.container_id)
+        if errors and not quiet:
             first = errors[0]
             raise CniError(first.code, f"{len(errors)} network(s) failed to delete: {first.msg}", first.details)
-        drop_cache(self.cache_dir, self.container_id)
 
     def delete(self) -> None:
         entry = load_cache(self.cache_dir, self.container_id)
@@ -368,6 +411,10 @@ def run(*, env: dict[str, str], stdin: IO[str], stdout: IO[str]) -> int:
             raise CniError(4, f"{TYPE}: unknown CNI_COMMAND {command!r}")
     except CniError as error:
         stdout.write(json.dumps(error.to_json(version)))
+        return 1
+    except Exception as error:  # anything else is a CNI error too, never a bare traceback
+        failed = CniError(999, f"{TYPE} {command}: {type(error).__name__}: {error}")
+        stdout.write(json.dumps(failed.to_json(version)))
         return 1
     return 0
 
