@@ -15,8 +15,8 @@ host-device network moves into the pod. A busybox pod annotated ``macvlan-a, hos
 nv-ipam semantics too: an ``IPPool`` (203.0.113.0/24, blocks of 16) whose status the network operator's
 own pass writes (``reconcile_ippools``, run in-process against this cluster: no operator Deployment
 runs here), and a macvlan NAD ``{"type": "nv-ipam", "poolName": "pool-a"}``: the pod's ``net3`` gets an
-address inside the node's block, reserved by host-local under ``/var/lib/cni/nv-ipam/pool-a`` and
-released on delete.
+address inside the node's block, reserved by host-local in the node's nv-ipam store
+(``/var/lib/cni/nv-ipam/nv-ipam``) and released on delete.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 
 from gpu_operator.agents.multus.install import CONF_NAME
+from gpu_operator.agents.multus.nvipam import DATA_DIR, STORE
 from gpu_operator.api.network import NicClusterPolicy
 from gpu_operator.api.network.crd import nad_crd, network_crds
 from gpu_operator.kube.api import Kube
@@ -187,11 +188,14 @@ def _ippool(cluster: LocalCluster, workdir: Path) -> JSON:
 
 
 def _reserved_in_pool(node: RealNode, pool: str) -> list[str]:
-    """host-local's reservations for an nv-ipam pool (its store is named after the pool)."""
-    directory = node.view(f"/var/lib/cni/nv-ipam/{pool}")
+    """host-local's reservations in the nv-ipam store of the node (one store for every pool), in ``pool``'s
+    subnet (the test's only pool: 203.0.113.0/24)."""
+    assert pool == "pool-a"
+    directory = node.view(f"{DATA_DIR}/{STORE}")
     if not directory.is_dir():
         return []
-    return sorted(p.name for p in directory.iterdir() if p.name[0].isdigit() and not p.name.startswith("last_"))
+    names = (p.name for p in directory.iterdir() if p.name[0].isdigit() and not p.name.startswith("last_"))
+    return sorted(n for n in names if n.startswith("203.0.113."))
 
 
 def _diagnosis(cluster: LocalCluster) -> str:

@@ -90,8 +90,9 @@ def build_service(ctx: AgentContext, *, api: MultusApi | None = None) -> MultusS
     )  # fmt: skip
 
 
-#: Where the shim's ``#!/usr/bin/env python3`` may find its interpreter on the node (node paths).
-PYTHON3_PATHS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
+#: Where the shim's ``#!/usr/bin/env python3`` may find its interpreter on the node (node paths; the
+#: DaemonSet mounts the host's ``/usr`` read-only for this look, and ``/bin`` is ``/usr/bin`` on merged-usr hosts).
+PYTHON3_PATHS = ("/usr/bin/python3", "/usr/local/bin/python3")
 DEFAULT_RESYNC_SECONDS = 10.0
 
 

@@ -124,11 +124,18 @@ def _multus_agent(image: Image, *, place: Placement, config: str | None) -> NetS
     pools_env = field_env("IPPOOLS_NAMESPACE", "metadata.namespace")
     main = container(
         net.MULTUS_CONTAINER, image=image, **agent_fields("multus", env=[pools_env]),
-        volumeMounts=[mount(name, f"{HOST_ROOT}{path}") for name, path in _AGENT_HOST_DIRS],
+        volumeMounts=[
+            *(mount(name, f"{HOST_ROOT}{path}") for name, path in _AGENT_HOST_DIRS),
+            # Read-only: the agent looks for the python3 the shim's "#!/usr/bin/env python3" will run with.
+            mount("host-usr", f"{HOST_ROOT}/usr", read_only=True),
+        ],
     )  # fmt: skip
     # Root, not the image's user: it writes root's CNI directories and the kubelet's socket is root's.
     main["securityContext"] = {"privileged": True, "runAsUser": 0}
-    volumes = [host_volume(name, path, "DirectoryOrCreate") for name, path in _AGENT_HOST_DIRS]
+    volumes = [
+        *(host_volume(name, path, "DirectoryOrCreate") for name, path in _AGENT_HOST_DIRS),
+        host_volume("host-usr", "/usr", "Directory"),
+    ]
     ds = daemonset(
         MULTUS_DS, state=state, place=place, app={"app": "multus", "name": "multus"}, containers=[main],
         image=image, volumes=volumes, service_account=MULTUS_ACCOUNT, terminationGracePeriodSeconds=10,
