@@ -33,6 +33,7 @@ from rich.console import Console
 from gpu_operator import __version__
 from gpu_operator.api.crdsets import NETWORK, crd_set
 from gpu_operator.demo.operator import create_operator_namespace, operator_thread
+from gpu_operator.demo.simulated import wait_for_ctrl_c
 from gpu_operator.demo.upgrade import FIRST_VERSION, driver_section
 from gpu_operator.demo.workload import WORKLOAD_NAMESPACE, WorkloadRecorder, granted
 from gpu_operator.kube.crds import install_crds
@@ -296,15 +297,6 @@ def run_network_demo(*, console: Console, interactive: bool) -> None:
                 console.print(f"kubectl describe node {dgx}   # allocatable {RDMA_RESOURCE} and {keys.GPU_RESOURCE}")
                 console.print(f"kubectl -n {NETWORK_NAMESPACE} get nicclusterpolicy,daemonsets,pods -o wide")
                 if interactive:
-                    _wait_for_ctrl_c(console=console, cluster=cluster)
+                    wait_for_ctrl_c(console=console, cluster=cluster)
                 console.print("tearing down: operators, simulated nodes, control plane ...")
     console.print(f"[green]network demo finished in {time.monotonic() - begin:.0f} s[/green]")
-
-
-def _wait_for_ctrl_c(*, console: Console, cluster: LocalCluster) -> None:
-    console.print("\nThe cluster keeps running; press Ctrl-C to tear it down.")
-    try:
-        while cluster.is_running():
-            time.sleep(1)
-    except KeyboardInterrupt:
-        console.print("\nstopping ...")

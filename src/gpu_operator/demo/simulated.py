@@ -163,14 +163,14 @@ def run_demo(*, console: Console, interactive: bool, nodes: str = DEFAULT_NODES,
         with _log_to(log_path), system:
             _explore(console=console, cluster=cluster, binaries=binaries, log_path=log_path)
             if interactive:
-                _wait_for_ctrl_c(console=console, cluster=cluster)
+                wait_for_ctrl_c(console=console, cluster=cluster)
             console.print("tearing down: operator, simulated nodes, control plane ...")
     console.print(
         f"[green]demo finished in {time.monotonic() - begin:.0f} s; every process it started is stopped[/green]"
     )
 
 
-def _wait_for_ctrl_c(*, console: Console, cluster: LocalCluster) -> None:
+def wait_for_ctrl_c(*, console: Console, cluster: LocalCluster) -> None:
     console.print("\nThe cluster keeps running; press Ctrl-C to tear it down.")
     try:
         while cluster.is_running():
