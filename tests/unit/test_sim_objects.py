@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
+from pathlib import Path
 
 import pytest
 
 from gpu_operator.gpu.catalog import NODE_PROFILES
+from gpu_operator.kube.restclient import ClusterAccess
+from gpu_operator.sim.control.simulator import Simulator
 from gpu_operator.sim.objects import (
+    MAX_NODE_INDEX,
     NFD,
     NodeShape,
     lease_manifest,
@@ -141,3 +146,24 @@ def test_node_healthy_needs_ready_and_no_lifecycle_taint() -> None:
         assert not node_healthy({**ready, "spec": {"taints": [{"key": key, "effect": "NoExecute"}]}})
     assert not node_healthy({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})
     assert not node_healthy({"status": {}})
+
+
+def test_addresses_stay_unique_across_simulators_with_index_offsets() -> None:
+    """Several simulator processes (index offsets 0, 10,000, ...) share one cluster: no address repeats."""
+    indexes = [i for offset in range(0, MAX_NODE_INDEX + 1, 10_000) for i in range(offset, offset + 2_500)]
+    indexes.append(MAX_NODE_INDEX)
+    nodes = {node_ip(i) for i in indexes}
+    assert len(nodes) == len(indexes)
+    assert all(ipaddress.IPv4Address(a) in ipaddress.IPv4Network("172.16.0.0/12") for a in nodes)
+    first, last = (pod_ip(node_index=i, slot=s) for i, s in ((0, 0), (MAX_NODE_INDEX, 253)))
+    assert (first, last) == ("10.64.0.1", "10.255.255.254")
+    pods = {pod_ip(node_index=i, slot=s) for i in indexes for s in (0, 253)}
+    assert len(pods) == 2 * len(indexes)
+
+
+def test_simulator_node_indexes_start_at_its_offset(tmp_path: Path) -> None:
+    access = ClusterAccess(server="https://127.0.0.1:6443")
+    simulator = Simulator(access=access, root=tmp_path, name_prefix="sim2", index_offset=20_000)
+    assert (simulator.index_offset, next(simulator._counter)) == (20_000, 20_000)
+    with pytest.raises(ValueError, match="index_offset"):
+        Simulator(access=access, root=tmp_path, index_offset=MAX_NODE_INDEX + 1)

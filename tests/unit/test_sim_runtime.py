@@ -154,3 +154,38 @@ def test_device_admission(root: Path) -> None:
     status = _scenario(root, greedy, lambda s: s["phase"] == "Failed", gpu=gpu, plugin=True)
     assert status["reason"] == "UnexpectedAdmissionError"
     assert "Requested: 3, Available: 2" in status["message"]
+
+
+def _conditions(status: JSON) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in status["conditions"]}
+
+
+def test_status_marked_not_ready_by_the_node_lifecycle_controller_is_written_back(root: Path) -> None:
+    """MarkPodsNotReady sets Ready=False on a running pod; the kubelet's status manager writes Ready=True back
+    (once), but leaves a pod that is being deleted alone."""
+
+    async def run() -> None:
+        host = FakeHost(root, NullBackend())
+        worker = PodWorker(host=host, pod=_pod(_container("app", "sleep")), options=FAST)
+        worker.start()
+        api = host.fake_api
+        ours = await api.until(lambda s: _conditions(s)["Ready"] == "True")
+        await asyncio.sleep(0)
+        written = len(api.statuses)
+        marked = dict(
+            ours, conditions=[dict(c, status="False") if c["type"] == "Ready" else c for c in ours["conditions"]]
+        )
+        worker.update({**worker.pod, "status": marked})
+        async with api._changed:
+            await asyncio.wait_for(api._changed.wait_for(lambda: len(api.statuses) > written), 10)
+        assert len(api.statuses) == written + 1
+        assert _conditions(api.statuses[-1])["Ready"] == "True"
+        worker.update({**worker.pod, "status": api.statuses[-1]})  # the write-back's own echo: nothing more
+        deleting = {**worker.pod, "metadata": {**worker.pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+        worker.update({**deleting, "status": marked})
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(api.statuses) == written + 1
+        await worker.terminate(delete=True)
+
+    asyncio.run(run())

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from gpu_operator.kube.restclient import ApiClient, ApiError
-from gpu_operator.sim.kubelet.podstatus import ContainerRecord, StatusWriter, pod_phase, pod_status
+from gpu_operator.sim.kubelet.podstatus import ContainerRecord, pod_phase, pod_status
+from gpu_operator.sim.kubelet.statuswriter import StatusWriter, reported
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 T1 = T0 + dt.timedelta(seconds=5)
@@ -133,3 +134,85 @@ def test_status_writer_ends_when_the_pod_is_gone() -> None:
         return task.done() and not api.bodies
 
     assert asyncio.run(run())
+
+
+# -- the status manager: a status someone else changed is written back -----------------------------------
+
+OURS = {
+    "phase": "Running",
+    "conditions": [{"type": t, "status": "True"} for t in ("Initialized", "ContainersReady", "Ready")],
+    "containerStatuses": [{"name": "c", "ready": True, "state": {"running": {}}}],
+}
+MARKED = {**OURS, "conditions": [*OURS["conditions"][:2], {"type": "Ready", "status": "False"}]}  # MarkPodsNotReady
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_reported_keeps_only_what_the_kubelet_owns() -> None:
+    relabelled = {**OURS, "qosClass": "BestEffort", "conditions": [*OURS["conditions"], {"type": "PodScheduled"}]}
+    assert reported(relabelled) == reported(OURS)
+    assert reported(MARKED) != reported(OURS)
+
+
+def test_a_status_marked_not_ready_is_written_back_with_back_off() -> None:
+    async def run() -> tuple[list[Any], int]:
+        api, clock = _FlakyApi(), _Clock()
+        writer = StatusWriter(api=cast(ApiClient, api), path="/p/status", compute=lambda: OURS, label="p",
+                              repair_interval=10, repair_max=40, clock=clock)  # fmt: skip
+        writer.start()
+        writer.changed()
+        await _settle()
+        writer.observed(OURS)  # our own write's echo, and a label change: nothing to do
+        writer.observed({**OURS, "qosClass": "BestEffort"})
+        await _settle()
+        assert len(api.bodies) == 1
+        writer.observed(MARKED)  # the node-lifecycle controller: written back at once
+        await _settle()
+        assert api.bodies[-1] == {"status": OURS}
+        assert len(api.bodies) == 2
+        clock.now += 1
+        writer.observed(MARKED)  # undone again within repair_interval: waits (a timer, not a loop)
+        await _settle()
+        assert len(api.bodies) == 2
+        writer.repair_now()  # the node posted Ready: at once
+        await _settle()
+        repairs = writer.repairs
+        await writer.stop()
+        return api.bodies, repairs
+
+    bodies, repairs = asyncio.run(run())
+    assert len(bodies) == 3
+    assert repairs == 2
+
+
+def test_a_late_echo_of_an_older_write_is_not_written_back() -> None:
+    async def run() -> int:
+        api = _FlakyApi()
+        body: dict[str, Any] = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}
+        writer = StatusWriter(api=cast(ApiClient, api), path="/p/status", compute=lambda: body, label="p",
+                              repair_interval=0)  # fmt: skip
+        writer.start()
+        writer.changed()
+        await _settle()
+        older = dict(body)
+        body = OURS
+        writer.changed()
+        await _settle()
+        writer.observed(older)  # the watch trails: the first write's event arrives after the second write
+        writer.observed(OURS)
+        await _settle()
+        await writer.stop()
+        return len(api.bodies)
+
+    assert asyncio.run(run()) == 2

@@ -36,6 +36,9 @@ LEASE_DURATION_SECONDS = 40
 PODS_PER_NODE = 110
 NODE_IP_BASE = ipaddress.IPv4Address("172.16.0.1")
 POD_IP_BASE = ipaddress.IPv4Address("10.64.0.0")
+#: The largest node index: node addresses stay in 172.16.0.0/12 and each node's pod /24 within
+#: 10.64.0.0-10.255.255.255 (several simulators share one cluster with disjoint index ranges).
+MAX_NODE_INDEX = 49_151
 
 _OS_NAMES = {"ubuntu": "Ubuntu {v} LTS", "rhel": "Red Hat Enterprise Linux {v}", "rocky": "Rocky Linux {v}"}
 
@@ -71,6 +74,7 @@ def micro_time_text(moment: dt.datetime) -> str:
 
 
 def node_ip(index: int) -> str:
+    """Node ``index`` (0..``MAX_NODE_INDEX``) gets 172.16.0.1 + index (unique per index)."""
     return str(NODE_IP_BASE + index)
 
 

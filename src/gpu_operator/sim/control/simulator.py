@@ -11,6 +11,12 @@ Usage::
 Everything runs in one asyncio event loop on a background thread (API client, heartbeat loop, pod watch,
 gRPC servers, async programs); the public methods submit coroutines to it and wait. ``stop()`` (or leaving
 the ``with`` block) stops every program and deletes the nodes, their Leases and their pods.
+
+Several simulators may share one cluster (one process keeps a few thousand kubelets' heartbeats at
+most): give each its own ``name_prefix`` and a disjoint ``index_offset`` (node ``i`` gets index
+``index_offset + i``, from which its node and pod addresses come), e.g. ``sim0``/0, ``sim1``/2000, ...
+``lease_interval`` and ``status_interval`` set the heartbeat: a large fleet renews less often (with the
+node-lifecycle controller's ``--node-monitor-grace-period`` raised to match).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from gpu_operator.sim.kubelet.host import RuntimeOptions, SimCore
 from gpu_operator.sim.kubelet.node import NodeOptions, SimNode
 from gpu_operator.sim.kubelet.podwatch import PodDispatcher, pod_informer
 from gpu_operator.sim.nics import NicRequest, OsPool
+from gpu_operator.sim.objects import MAX_NODE_INDEX
 from gpu_operator.sim.programs.programs import ProgramRegistry, default_registry
 from gpu_operator.sim.shapes import NodeRequest, parse_node_spec, shape_for
 
@@ -60,6 +67,7 @@ class Simulator:
         concurrency: int = 8,
         seed: int = 0,
         name_prefix: str = "sim",
+        index_offset: int = 0,
     ) -> None:
         self.access = access
         self.registry = registry if registry is not None else default_registry()
@@ -69,6 +77,9 @@ class Simulator:
         self.concurrency = concurrency
         self.seed = seed
         self.name_prefix = name_prefix
+        if not 0 <= index_offset <= MAX_NODE_INDEX:
+            raise ValueError(f"index_offset must be within 0..{MAX_NODE_INDEX}, got {index_offset}")
+        self.index_offset = index_offset
         self._owns_root = root is None
         self.root = root or Path(tempfile.mkdtemp(prefix="gpu-sim-", dir="/tmp"))
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -78,7 +89,7 @@ class Simulator:
         self.nodes: dict[str, SimNode] = {}
         self._dispatch: PodDispatcher | None = None
         self._stopping: asyncio.Event | None = None
-        self._counter = itertools.count()
+        self._counter = itertools.count(index_offset)
         self._names: dict[str, itertools.count[int]] = {}
         self._control: asyncio.AbstractServer | None = None
         self._beats_api: ApiClient | None = None
@@ -231,10 +242,13 @@ class Simulator:
         limit = asyncio.Semaphore(self.concurrency)
 
         async def one(name: str, request: NodeRequest) -> None:
+            index = next(self._counter)
+            if index > MAX_NODE_INDEX:
+                raise RuntimeError(f"node index {index} is past {MAX_NODE_INDEX}: addresses would repeat")
             node = SimNode(
                 core=self.core,
                 name=name,
-                index=next(self._counter),
+                index=index,
                 profile=node_profile(request.profile),
                 options=options,
                 shape=shape_for(request),

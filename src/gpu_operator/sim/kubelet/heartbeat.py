@@ -41,6 +41,8 @@ class Beat:
 
     name: str
     status_body: Callable[[dt.datetime], dict[str, Any]]
+    #: Called after each status update the API server accepted.
+    on_status: Callable[[], None] | None = None
     beating: bool = True
     next_lease: float = 0.0
     next_status: float = 0.0
@@ -184,6 +186,8 @@ class Heartbeat:
             try:
                 await self.api.patch(f"/api/v1/nodes/{beat.name}/status", beat.status_body(now_utc()), kind="strategic")
                 self.stats.statuses += 1
+                if beat.on_status is not None:
+                    beat.on_status()
             except Exception as error:  # as above
                 beat.next_status = time.monotonic() + 2.0
                 self._failed(beat, "status update", error)

@@ -26,6 +26,10 @@ class RuntimeOptions:
     setup_retry: float = 2.0
     #: How often ConfigMap and Secret volumes are re-read (the kubelet's sync period is about a minute).
     volume_resync: float = 10.0
+    #: The status manager (``statuswriter``): the shortest time between two write-backs of a pod status
+    #: someone else changed (the kubelet's status sync period), doubling while they are undone again.
+    status_repair: float = 10.0
+    status_repair_max: float = 80.0
 
 
 class PodHost(Protocol):

@@ -102,7 +102,7 @@ class SimNode:
         self.ready = True
         self.transition = now_utc()
         self.extended: dict[str, tuple[int, int]] = {}
-        self.beat = Beat(name=name, status_body=self._status_body)
+        self.beat = Beat(name=name, status_body=self._status_body, on_status=self._status_posted)
         self.workers: dict[str, PodWorker] = {}
         self.uid = ""
         self.registered = False
@@ -188,6 +188,13 @@ class SimNode:
             ready=self.ready, heartbeat=moment, transition=self.transition, capacity=capacity, allocatable=allocatable
         )
 
+    def _status_posted(self) -> None:
+        # The Node is Ready in the API again: pods the node-lifecycle controller marked not Ready while
+        # heartbeats lagged get their status back now rather than after their write-back's back-off.
+        if self.ready:
+            for worker in self.workers.values():
+                worker.repair_status()
+
     async def register(self) -> None:
         """Create the host directory, start the kubelet servers, register the Node and its Lease."""
         self.host_root.mkdir(parents=True, exist_ok=True)
@@ -256,7 +263,7 @@ class SimNode:
             self.transition = now_utc()
         self.beat.beating = heartbeats
         if heartbeats:
-            self.core.heartbeat.status_now(self.name)
+            self.core.heartbeat.status_now(self.name)  # its success repairs the pods' statuses (_status_posted)
 
     async def gpu_changed(self) -> None:
         """A GPU fault was injected: let the simulator's own plugin re-read health."""

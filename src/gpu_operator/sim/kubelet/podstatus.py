@@ -1,25 +1,19 @@
 """Container records and the pod status a kubelet reports for them (pure).
 
 The runtime keeps one :class:`ContainerRecord` per container and calls :func:`pod_status` after every
-change; a :class:`StatusWriter` sends the result as a JSON merge patch of ``pods/<name>/status`` (lists are
-replaced whole, and fields we do not send, such as ``qosClass``, stay as the API server set them). It is
-the pod's only status writer: changes coalesce, and an unchanged status is not sent again.
+change; a :class:`~gpu_operator.sim.kubelet.statuswriter.StatusWriter` sends the result (and writes it
+back when someone else changed it).
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
-import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_operator.kube.restclient import ApiClient, ApiError
 from gpu_operator.sim.objects import time_text
 
 JSON = dict[str, Any]
-log = logging.getLogger(__name__)
 WAITING = "waiting"
 RUNNING = "running"
 TERMINATED = "terminated"
@@ -164,49 +158,3 @@ def pod_status(
     if message:
         status["message"] = message
     return status
-
-
-class StatusWriter:
-    """Sends ``compute()`` to ``path`` whenever :meth:`changed` was called and the result differs."""
-
-    def __init__(
-        self, *, api: ApiClient, path: str, compute: Callable[[], JSON], label: str, retry_delay: float = 1.0
-    ) -> None:
-        self._api = api
-        self._retry_delay = retry_delay
-        self._path = path
-        self._compute = compute
-        self._label = label
-        self._dirty = asyncio.Event()
-        self._last: JSON | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"status-{self._label}")
-
-    def changed(self) -> None:
-        self._dirty.set()
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _run(self) -> None:
-        while True:
-            await self._dirty.wait()
-            self._dirty.clear()
-            body = self._compute()
-            if body == self._last:
-                continue
-            try:
-                await self._api.patch(self._path, {"status": body})
-                self._last = body
-            except Exception as error:
-                # No failure may end the writer (a timeout, a bug in one body): the pod would never report again.
-                if isinstance(error, ApiError) and error.code == 404:  # the pod is gone
-                    return
-                log.warning("pod %s: status update failed: %s", self._label, error)
-                await asyncio.sleep(self._retry_delay)
-                self._dirty.set()

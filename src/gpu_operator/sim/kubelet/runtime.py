@@ -4,8 +4,9 @@ Admission allocates the devices its containers request (device plugins' ``Alloca
 materialised (retried while a ConfigMap or Secret is missing), init containers run in order (a sidecar --
 ``restartPolicy: Always`` -- only has to start), then the app containers run side by side and restart per
 the pod's restart policy with an exponential back-off. Every change is reported through the pod status
-subresource by a single writer task that coalesces bursts. Deletion is graceful: programs are asked to
-stop, given the pod's grace period (capped), then the pod object is deleted with grace 0.
+subresource by a single writer that coalesces bursts and writes the status back when someone else changed
+it (``statuswriter``). Deletion is graceful: programs are asked to stop, given the pod's grace period
+(capped), then the pod object is deleted with grace 0.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from gpu_operator.sim.kubelet.podspec import (
     has_readiness_probe,
     restart_policy,
 )
-from gpu_operator.sim.kubelet.podstatus import RUNNING, ContainerRecord, StatusWriter, pod_phase, pod_status
+from gpu_operator.sim.kubelet.podstatus import RUNNING, ContainerRecord, pod_phase, pod_status
+from gpu_operator.sim.kubelet.statuswriter import StatusWriter
 from gpu_operator.sim.kubelet.volumes import PodSetup, SetupError, prepare, refresh_volumes, synced_volumes
 from gpu_operator.sim.programs.context import ProgramContext, Signals
 from gpu_operator.sim.programs.launcher import ProgramRun
@@ -63,7 +65,14 @@ class PodWorker:
         self._reason = ""
         self._message = ""
         self._main: asyncio.Task[None] | None = None
-        self._writer = StatusWriter(api=host.api, path=f"{self.path}/status", compute=self.status, label=self.name)
+        self._writer = StatusWriter(
+            api=host.api,
+            path=f"{self.path}/status",
+            compute=self.status,
+            label=self.name,
+            repair_interval=options.status_repair,
+            repair_max=options.status_repair_max,
+        )
         self._sidecars: list[asyncio.Task[None]] = []
         self._resync_task: asyncio.Task[None] | None = None
 
@@ -296,6 +305,17 @@ class PodWorker:
             await self.host.api.delete(self.path, grace_seconds=0, uid=self.uid)
         await self._writer.stop()
 
+    def _live(self) -> bool:
+        return not self._stopping.is_set() and not self.pod["metadata"].get("deletionTimestamp")
+
     def update(self, pod: JSON) -> None:
-        """A newer version of the pod object arrived from the watch."""
+        """A newer version of the pod arrived from the watch; a status someone else changed is written
+        back (not on a pod being deleted)."""
         self.pod = pod
+        if self._live():
+            self._writer.observed(pod.get("status"))
+
+    def repair_status(self) -> None:
+        """The node is Ready again: write a status someone else changed back now (no back-off)."""
+        if self._live():
+            self._writer.repair_now()
