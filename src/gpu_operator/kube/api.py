@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
@@ -133,6 +134,7 @@ class Kube:
         self.informers = tuple(informers)
         self.requests = 0  # API calls made; the operator exports it as a metric
         self.cached_reads = 0  # lists answered from an informer
+        self._crds: dict[str, tuple[float, bool]] = {}  # CRD name -> (when read, installed)
 
     def _informer(
         self, api_version: str, kind: str, *, namespace: str | None, labels: Mapping[str, Any] | None
@@ -290,8 +292,16 @@ class Kube:
             return outcome
         return Eviction.EVICTED
 
-    async def crd_exists(self, name: str) -> bool:
-        return await self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) is not None
+    async def crd_exists(self, name: str, *, max_age: float = 0.0) -> bool:
+        """Whether the CRD ``name`` is installed; with ``max_age``, an answer read no longer ago than that
+        many seconds is reused (a CRD is one large object, and every reconcile pass asks)."""
+        now = time.monotonic()
+        known = self._crds.get(name)
+        if known is not None and now - known[0] <= max_age:
+            return known[1]
+        exists = await self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) is not None
+        self._crds[name] = (now, exists)
+        return exists
 
     async def names(self, api_version: str, kind: str, *, namespace: str) -> list[str]:
         return [o["metadata"]["name"] for o in await self.list_objects(api_version, kind, namespace=namespace)]

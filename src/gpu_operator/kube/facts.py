@@ -12,6 +12,11 @@ from collections.abc import Sequence
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.render import ClusterFacts, facts_from_nodes, node_info
 
+#: Seconds a pass reuses what an earlier one read of the two CRDs: no watch tells of a CRD installed or
+#: removed, so an idle operator notices at its next resync anyway; a busy one (a pass a second during a
+#: rollout) asked twice a pass, and the ServiceMonitor CRD alone is hundreds of kilobytes of schema.
+CRD_MAX_AGE = 10.0
+
 
 async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, precompiled: bool) -> ClusterFacts:
     # One list gives the ConfigMaps' names and keys (NVIDIA's driver mounts kernelModuleConfig,
@@ -22,8 +27,8 @@ async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, pre
         [node_info(n) for n in nodes],
         namespace=namespace,
         precompiled=precompiled,
-        has_service_monitor_crd=await kube.crd_exists("servicemonitors.monitoring.coreos.com"),
-        nfd_installed=await kube.crd_exists("nodefeatures.nfd.k8s-sigs.io"),
+        has_service_monitor_crd=await kube.crd_exists("servicemonitors.monitoring.coreos.com", max_age=CRD_MAX_AGE),
+        nfd_installed=await kube.crd_exists("nodefeatures.nfd.k8s-sigs.io", max_age=CRD_MAX_AGE),
         configmaps=configmaps,
         secrets=secrets,
         configmap_keys=configmaps,

@@ -1,25 +1,33 @@
 """The operator's informers, and which work key each change wakes.
 
-Nine caches serve every list a pass makes of a large or busy kind: ClusterPolicies, NVIDIADrivers,
+Sixteen caches serve every list a pass makes of a large or busy kind: ClusterPolicies, NVIDIADrivers,
 Nodes (slim), the operator namespace's DaemonSets, ConfigMaps and Secrets (metadata only: a pass
 needs their names, owners and applied hashes, and Helm keeps whole releases in Secrets; ConfigMaps
 also keep their data keys, which NVIDIA's driver mounts one by one), the driver DaemonSets'
-ControllerRevisions, and the driver and validator pods (slim). Lists of everything else
-(RBAC objects, Services, PDBs) still go to the API server: they are few, small, and not worth a
-watch each. An idle upgrade pass thus makes no request at all.
+ControllerRevisions, the driver and validator pods (slim), and the other kinds a state owns
+(:data:`OWNED_KINDS`: ServiceAccounts, Services, RBAC objects, RuntimeClasses carrying the state label,
+metadata only), which every pass lists to find what to prune and which hashes are applied: seven
+lists a pass, most of a pass's requests and CPU, now read from memory. ServiceMonitors (only when
+their CRD is installed) and PDBs still go to the API server. An idle upgrade pass makes no request at all.
 
 A change wakes the work keys that read it (one writer, one reader per fact):
 
 - ConfigMaps and Secrets: the policy reconciler (a ConfigMap a policy names may appear later, or
   gain or lose a key; a change of values only wakes nobody);
 - policies, NVIDIADrivers and DaemonSets: both keys (the reconciler renders them; the upgrade
-  controller reads the driver DaemonSets' revisions and the policies' upgrade knobs);
+  controller reads the driver DaemonSets' revisions and the policies' upgrade knobs); a ClusterPolicy
+  change of its status only (the operator's own writes) wakes nobody: no pass reads a status it did not
+  write, and re-reading it would be a pass that does nothing;
+- the other owned kinds: the policy reconciler (an operand object deleted or relabelled by hand is
+  put back at once);
 - a Node: the upgrade controller always; the policy reconciler only when something it reads changed
   (labels other than the upgrade controller's own, the container runtime, a node added or removed),
   so a rollout's own node writes do not keep the reconciler busy;
 - driver ControllerRevisions, driver and validator pods: the upgrade controller only. The pods'
   readiness is how it moves a node on (a pass reacts to the pod becoming Ready, instead of finding
-  it on a timer).
+  it on a timer). A validator pod only while its node waits on validation (the only nodes whose
+  validators a pass reads, ``upgrade.collect``): the rollout's hundreds of validator pod changes on
+  nodes that wait for nothing woke a pass each. A node entering that state wakes the pass itself.
 """
 
 from __future__ import annotations
@@ -29,10 +37,31 @@ from typing import Any
 
 from gpu_operator.kube.informer import JSON, Informer, watching
 from gpu_operator.kube.slim import slim_config_map, slim_metadata, slim_node, slim_pod
-from gpu_operator.upgrade.collect import DRIVER_SELECTOR, VALIDATOR_SELECTOR
-from gpu_operator.upgrade.model import KEY_PREFIX
+from gpu_operator.names import keys
+from gpu_operator.upgrade.collect import DRIVER_SELECTOR, VALIDATOR_SELECTOR, VALIDATORS_NEEDED
+from gpu_operator.upgrade.model import GPU, KEY_PREFIX
 
 Wake = Callable[[], None]
+#: (apiVersion, kind, namespaced) of the kinds a state owns that no other cache here covers, listed by
+#: every pass with the state label (``render.PRUNE_KINDS`` less ConfigMaps, DaemonSets and ServiceMonitors).
+OWNED_KINDS = (
+    ("v1", "ServiceAccount", True),
+    ("v1", "Service", True),
+    ("rbac.authorization.k8s.io/v1", "Role", True),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", True),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", False),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", False),
+    ("node.k8s.io/v1", "RuntimeClass", False),
+)
+_UNREAD_META = ("resourceVersion", "managedFields")
+
+
+def _without_status(obj: JSON | None) -> JSON | None:
+    """An object less its status and the metadata that changes with every write."""
+    if obj is None:
+        return None
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _UNREAD_META}
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
 
 
 def reconciler_view(node: JSON | None) -> tuple[Any, ...] | None:
@@ -59,16 +88,29 @@ def operator_informers(
     def upgrades(_old: JSON | None, _new: JSON | None) -> None:
         wake_upgrade()
 
+    def policy_changed(old: JSON | None, new: JSON | None) -> None:
+        if _without_status(old) != _without_status(new):
+            wake_all()
+
     def node_changed(old: JSON | None, new: JSON | None) -> None:
         if reconciler_view(old) != reconciler_view(new):
             wake_all()
         else:
             wake_upgrade()
 
+    nodes = watching(client, "v1", "Node", transform=slim_node, on_change=node_changed)
+
+    def validator_changed(old: JSON | None, new: JSON | None) -> None:
+        for pod in (old, new):
+            node = nodes.items.get(("", str(((pod or {}).get("spec") or {}).get("nodeName") or "")))
+            if node is not None and (node["metadata"].get("labels") or {}).get(GPU.state) in VALIDATORS_NEEDED:
+                wake_upgrade()
+                return
+
     return (
-        watching(client, "nvidia.com/v1", "ClusterPolicy", on_change=everyone),
+        watching(client, "nvidia.com/v1", "ClusterPolicy", on_change=policy_changed),
         watching(client, "nvidia.com/v1alpha1", "NVIDIADriver", on_change=everyone),
-        watching(client, "v1", "Node", transform=slim_node, on_change=node_changed),
+        nodes,
         watching(client, "apps/v1", "DaemonSet", namespace=namespace, on_change=everyone),
         watching(client, "v1", "ConfigMap", namespace=namespace, transform=slim_config_map, on_change=reconciler),
         watching(client, "v1", "Secret", namespace=namespace, transform=slim_metadata, on_change=reconciler),
@@ -77,5 +119,10 @@ def operator_informers(
         watching(client, "v1", "Pod", namespace=namespace, labels=DRIVER_SELECTOR, transform=slim_pod,
                  on_change=upgrades),
         watching(client, "v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR, transform=slim_pod,
-                 on_change=upgrades),
+                 on_change=validator_changed),
+        *(
+            watching(client, api_version, kind, namespace=namespace if namespaced else None,
+                     labels={keys.OPERAND_STATE: None}, transform=slim_metadata, on_change=reconciler)
+            for api_version, kind, namespaced in OWNED_KINDS
+        ),
     )  # fmt: skip

@@ -10,11 +10,13 @@ a row is a no-op the second time. The runtime (``operator``) decides when to run
 A pass that changes nothing writes nothing: every applied object carries a hash of its rendered form
 (``nvidia.com/last-applied-hash``), and the live objects the prune step lists anyway tell which hashes
 are already there; DaemonSet readiness comes from the same listing (or the apply's response), and the
-status is patched only when it differs. An idle pass is reads only (~20 requests, see BENCHMARKS.md).
+status is patched only when it differs. An idle pass is reads only, nearly all from the informers
+(``reconcile.caches``): the API server sees the operator namespace's GET and, at most every 10 s, the two CRDs'.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 from collections.abc import Sequence
@@ -178,6 +180,24 @@ async def readiness(
     return results
 
 
+#: The last render's inputs and result. Rendering is pure and reads only the policy's spec (the model is
+#: made from the JSON one, compared here), the facts and the settings, so a pass whose three are equal to
+#: the last one's (most passes: a pod became ready, a node was labelled) reuses it. Rendered objects are
+#: never modified (``with_owner`` copies).
+_last_render: list[tuple[JSON, ClusterFacts, OperatorSettings, list[StateManifests]]] = []
+
+
+def _render(
+    policy: ClusterPolicy, spec: JSON, facts: ClusterFacts, *, operator: OperatorSettings
+) -> list[StateManifests]:
+    for known_spec, known, settings, states in _last_render:
+        if known == facts and settings == operator and known_spec == spec:
+            return list(states)
+    states = render(policy, facts, operator=operator)
+    _last_render[:] = [(copy.deepcopy(spec), facts, operator, states)]
+    return list(states)
+
+
 async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettings) -> Outcome:
     """One full pass over the cluster (see the module docstring)."""
     policies = await kube.list_objects(*CP)
@@ -205,7 +225,7 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
         facts = await gather_facts(
             kube, nodes=nodes, namespace=namespace, precompiled=bool(policy.spec.driver.use_precompiled)
         )
-        states = render(policy, facts, operator=operator)
+        states = _render(policy, active.get("spec") or {}, facts, operator=operator)
         converged = await converge(
             kube, states=states, owner=active, namespace=namespace, service_monitors=facts.has_service_monitor_crd
         )

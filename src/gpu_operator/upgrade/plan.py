@@ -95,15 +95,18 @@ def plan(snapshot: Snapshot, knobs: Knobs) -> Plan:
 def _switched_off(node: NodeView) -> Step | None:
     """Auto-upgrade off (or sandbox workloads): drop our bookkeeping, and our cordon if we put it there."""
     k = node.keys
+    ours = (*timers(k), k.failure, k.initial_unschedulable, k.enabled, k.safe_load)
+    if not node.state and not any(key in node.annotations for key in ours):
+        return None  # nothing of ours on the node (most nodes, every pass): no step to build
     work = Work(node=node, snapshot=Snapshot(nodes=(), keys=k), knobs=Knobs())
     if node.state:
         work.labels[k.state] = None
     # A driver container waiting for a safe load would wait forever: nobody drains for it any more.
-    for key in (*timers(k), k.failure, k.initial_unschedulable, k.enabled, k.safe_load):
+    for key in ours:
         if key in node.annotations:
             work.annotations[key] = None
-    ours = node.state in m.CORDONED_STATES or node.state == m.FAILED
-    if ours and node.unschedulable and not node.cordoned_by_admin and not node.held_by:
+    cordoned = node.state in m.CORDONED_STATES or node.state == m.FAILED
+    if cordoned and node.unschedulable and not node.cordoned_by_admin and not node.held_by:
         work.unschedulable = False
     step = work.result()
     return step if step.acts else None
