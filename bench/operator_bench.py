@@ -190,7 +190,7 @@ def _operator_child(conn: Any, kubeconfig: str, namespace: str) -> None:
             return {
                 "requests": dict(counts), "passes": operator.passes, "failures": operator.failures,
                 "upgrade_passes": operator.upgrade_passes, "changes": changes, "upgrade_states": dict(states),
-                "diffs": dict(diffs),
+                "diffs": dict(diffs), "upgrade_pass_seconds": list(operator.upgrade_pass_seconds),
             }  # fmt: skip
 
         def serve() -> None:  # the pipe is answered from a thread; the counters are read in the loop

@@ -438,6 +438,43 @@ def network_scale_section(ctx: BenchContext) -> Section:
 SECTIONS.append(network_scale_section)
 
 
+def fleet_scale_section(ctx: BenchContext) -> Section:
+    """Our operator at 1,000, 2,500 and 5,000 simulated GPU nodes on a control plane tuned as a large cluster
+    (``FLEET_BENCH_SCALES=50,100`` runs fewer, ``FLEET_BENCH_NODES_PER_SIM`` sets nodes per simulator process,
+    ``FLEET_BENCH_PLOT`` writes the plot elsewhere than ``docs/bench/fleet-scale.png``)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import fleet_bench  # noqa: PLC0415 - sibling modules, imported when this section runs
+    import fleet_report  # noqa: PLC0415
+
+    results = fleet_bench.measure(binaries=ctx.binaries, scales=fleet_bench.configured_scales(), log=_log)
+    ctx.results["fleet_scale"] = results
+    fleet_report.write_plot(results, path=fleet_report.plot_path())
+    return Section("Operator at fleet scale: up to 5,000 simulated GPU nodes", fleet_report.markdown(results))
+
+
+SECTIONS.append(fleet_scale_section)
+
+
+def peer_operators_section(ctx: BenchContext) -> Section:
+    """Ours and NVIDIA's gpu-operator (built from the Go module proxy) on identical clusters and nodes."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import nvidia_operator  # noqa: PLC0415 - a sibling module, imported when this section runs
+    import peer_bench  # noqa: PLC0415
+
+    nodes = int(os.environ.get("PEER_BENCH_NODES", "100"))
+    results = peer_bench.measure(binaries=ctx.binaries, nodes=nodes, log=_log)
+    ctx.results["peer_operators"] = results
+    body = (
+        peer_bench.describe(nodes=nodes)
+        + "\n\n"
+        + peer_bench.markdown(results, nodes=nodes, nvidia_version=nvidia_operator.NVIDIA_VERSION)
+    )
+    return Section(f"Ours beside NVIDIA's gpu-operator: {nodes} simulated GPU nodes, one run", body)
+
+
+SECTIONS.append(peer_operators_section)
+
+
 # -- report -----------------------------------------------------------------------------------------------
 
 
