@@ -52,7 +52,8 @@ def audit_args(*, directory: Path, namespace: str) -> list[str]:
         "--audit-log-format=json",
         # One line per request, written as it is received: the counts at a moment are complete.
         "--audit-log-mode=blocking",
-        "--audit-log-maxsize=0",
+        # In MB; 0 would mean lumberjack's 100 MB and a rotation would lose the counts.
+        "--audit-log-maxsize=100000",
     ]
 
 
@@ -121,6 +122,8 @@ class AuditLog:
         if not self.path.exists():
             return counts
         with self.path.open("rb") as handle:
+            if handle.seek(0, 2) < since:
+                raise RuntimeError(f"{self.path} is shorter than a mark made earlier: was it rotated?")
             handle.seek(since)
             data = handle.read() if until is None else handle.read(max(0, until - since))
         for line in data.splitlines()[: data.count(b"\n")]:  # a line still being written waits for the next window

@@ -180,7 +180,10 @@ def _operator_child(conn: Any, kubeconfig: str, namespace: str) -> None:
                 informer.on_change = record
 
         async def snapshot() -> dict[str, Any]:
-            if not diffs and operator.kube and operator.kube.informers[0].on_change.__name__ != "record":
+            # The field-diff recorder costs CPU on every informer event; OPERATOR_BENCH_DIFFS=0 (the fleet
+            # bench) keeps it out of what is measured.
+            wanted = os.environ.get("OPERATOR_BENCH_DIFFS", "1") == "1"
+            if wanted and not diffs and operator.kube and operator.kube.informers[0].on_change.__name__ != "record":
                 watch_diffs()
             kube = operator.kube
             changes = {f"{i.kind} {dict(i.labels)}": i.changes for i in kube.informers} if kube else {}

@@ -31,7 +31,7 @@ import operator_bench as ob
 from audit import AuditLog, audit_args, operator_kubeconfig
 from lightkube import Client, codecs
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Node
+from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
 from gpu_operator.kube.api import ClusterPolicyResource
@@ -109,9 +109,22 @@ def _cpu_s(pid: int) -> float:
 
 
 def _upgraded(client: Client, *, version: str, nodes: int) -> bool:
-    """Every GPU node ``upgrade-done`` and schedulable, with a Ready driver pod of ``version`` on each."""
+    """Every GPU node ``upgrade-done`` and schedulable, with a Ready driver pod of ``version`` on each (the
+    component label both operators put on driver pods: ours names the DaemonSet per OS, NVIDIA's v25.3.4 not)."""
     labelled = list(client.list(Node, labels={"nvidia.com/gpu.deploy.driver": "true"}))
-    return len(labelled) >= nodes and bool(nv._upgraded(client, version, NAMESPACE))
+    if len(labelled) < nodes or any(
+        (n.metadata.labels or {}).get(nv.UPGRADE_STATE) != "upgrade-done" or (n.spec and n.spec.unschedulable)
+        for n in labelled
+        if n.metadata
+    ):
+        return False
+    ready = 0
+    for pod in client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/component": "nvidia-driver"}):
+        data = pod.to_dict()
+        conditions = (data.get("status") or {}).get("conditions") or []
+        new = f"driver:{version}-" in data["spec"]["containers"][0]["image"]
+        ready += new and any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return ready >= nodes
 
 
 def _start_operator(kind: str, kubeconfig: Path) -> Any:
@@ -122,6 +135,8 @@ def _start_operator(kind: str, kubeconfig: Path) -> Any:
 
 def measure_one(*, kind: str, binaries: KubeBinaries, nodes: int, log: Callable[[str], None] = print) -> PeerResult:
     result = PeerResult(operator=kind, nodes=nodes)
+    requests = node_requests(nodes)
+    nodes = sum(r.count for r in requests)  # the mix rounds down
     spawn = multiprocessing.get_context("spawn")
     work = Path(tempfile.mkdtemp(prefix=f"peer-{kind}-"))
     extra = {"kube-apiserver": audit_args(directory=work / "audit", namespace=NAMESPACE)}
@@ -133,7 +148,7 @@ def measure_one(*, kind: str, binaries: KubeBinaries, nodes: int, log: Callable[
         kubeconfig = operator_kubeconfig(client=client, cluster=cluster, namespace=NAMESPACE, path=work / "kubeconfig")
         sim, sim_end = spawn.Pipe()
         sim_process = spawn.Process(
-            target=_sim_child, args=(sim_end, str(cluster.kubeconfig_path), node_requests(nodes)), daemon=True
+            target=_sim_child, args=(sim_end, str(cluster.kubeconfig_path), requests), daemon=True
         )
         sim_process.start()
         log(f"peer bench ({kind}): {nodes} nodes registered in {float(sim.recv()):.1f} s")
