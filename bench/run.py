@@ -475,6 +475,25 @@ def peer_operators_section(ctx: BenchContext) -> Section:
 SECTIONS.append(peer_operators_section)
 
 
+def peer_targets_section(ctx: BenchContext) -> Section:
+    """Met or missed for each target against NVIDIA's operator, from the peer table (this run's, or the
+    report's when ``--only peer_targets`` runs alone)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import peer_bench  # noqa: PLC0415 - sibling modules, imported when this section runs
+    import peer_targets  # noqa: PLC0415
+
+    if "peer_operators" in ctx.results:
+        text = peer_bench.markdown(ctx.results["peer_operators"], nodes=0, nvidia_version="")
+        rows = peer_targets.rows_from_report(f"\n## {peer_targets.PEER_SECTION}\n{text}")
+    else:
+        report = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+        rows = peer_targets.rows_from_report(report.read_text(encoding="utf-8") if report.exists() else "")
+    return Section("Targets against NVIDIA's operator", peer_targets.markdown(rows))
+
+
+SECTIONS.append(peer_targets_section)
+
+
 # -- report -----------------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,58 @@
+"""Issue [8/10]'s targets against NVIDIA's operator, stated met or missed from the peer table.
+
+The peer section (``peer_bench``) prints one table of figures; this reads it back, from this run's
+results or from the report an earlier run wrote (as ``network_bench`` reads the GPU operator's rows), so
+the verdicts always quote the table they judge and a run of ``--only peer_targets`` costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+PEER_SECTION = "Ours beside NVIDIA's gpu-operator"
+#: (row label in the peer table, what the target says, lower is better)
+TARGETS = (
+    ("CPU to `ready` (s)", "CPU from the policy to `ready` at most NVIDIA's"),
+    ("CPU to rolled out (s)", "CPU from the policy to rolled out at most NVIDIA's"),
+    ("spec change p99 (s)", "spec change to updated DaemonSet p99 at most NVIDIA's"),
+    ("spec change p50 (s)", "spec change p50 not given back"),
+    ("CPU for the spec changes (s)", "CPU for the spec changes not given back"),
+    ("API requests, policy -> rolled out", "requests during the rollout not given back"),
+    ("idle API requests per minute", "idle requests not given back"),
+    ("RSS peak (MiB)", "peak memory not given back"),
+    ("policy created -> every DaemonSet rolled out (s)", "time to rolled out not given back"),
+)
+
+
+def rows_from_report(report: str) -> dict[str, tuple[str, str]]:
+    """``label -> (ours, NVIDIA's)`` from the peer section's first table in an existing BENCHMARKS.md."""
+    chunk = next((c for c in report.split("\n## ") if c.startswith(PEER_SECTION)), "")
+    out: dict[str, tuple[str, str]] = {}
+    for line in chunk.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 4 and cells[0] not in {"measure", "---"}:
+            out[cells[0]] = (cells[1], cells[2])
+    return out
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def markdown(rows: Mapping[str, tuple[str, str]]) -> str:
+    """One line per target: the two figures and met or missed (ties are met: "at most")."""
+    if not rows:
+        return "No peer table in this report yet: run `bench/run.py --only peer_operators` first."
+    lines = ["| target | ours | NVIDIA's | verdict |", "|---|---:|---:|---|"]
+    for label, target in TARGETS:
+        ours, theirs = rows.get(label, ("n/a", "n/a"))
+        a, b = _number(ours), _number(theirs)
+        verdict = "n/a" if a is None or b is None else ("met" if a <= b else "**missed**")
+        lines.append(f"| {target} ({label}) | {ours} | {theirs} | {verdict} |")
+    return (
+        "Each target of issue [8/10] that compares with NVIDIA's operator, judged on the peer table above "
+        "(the same run's figures; lower is better for every row).\n\n" + "\n".join(lines)
+    )
