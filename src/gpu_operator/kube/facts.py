@@ -10,12 +10,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpu_operator.kube.api import JSON, Kube
-from gpu_operator.render import ClusterFacts, facts_from_nodes, node_info
+from gpu_operator.render import ClusterFacts, NodeInfo, facts_from_nodes, node_info
 
 #: Seconds a pass reuses what an earlier one read of the two CRDs: no watch tells of a CRD installed or
 #: removed, so an idle operator notices at its next resync anyway; a busy one (a pass a second during a
 #: rollout) asked twice a pass, and the ServiceMonitor CRD alone is hundreds of kilobytes of schema.
 CRD_MAX_AGE = 10.0
+
+
+#: The last call's :class:`NodeInfo` by ``id`` of each node object: (the node, its info). An informer's
+#: cached node is replaced, never modified, when it changes, so the same object has the same info (every
+#: pass read all nodes' labels again); holding the nodes keeps their ids from being reused. Equal facts then
+#: hold the very same infos, which makes the reconciler's render-reuse comparison quick too.
+_infos: list[dict[int, tuple[JSON, NodeInfo]]] = [{}]
+
+
+def node_infos(nodes: Sequence[JSON]) -> list[NodeInfo]:
+    """:func:`node_info` of each node, reused for a node object the last call was given."""
+    known, fresh, out = _infos[0], {}, []
+    for node in nodes:
+        entry = known.get(id(node))
+        if entry is None or entry[0] is not node:
+            entry = (node, node_info(node))
+        fresh[id(node)] = entry
+        out.append(entry[1])
+    _infos[0] = fresh
+    return out
 
 
 async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, precompiled: bool) -> ClusterFacts:
@@ -24,7 +44,7 @@ async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, pre
     configmaps = await kube.data_keys("v1", "ConfigMap", namespace=namespace)
     secrets = await kube.names("v1", "Secret", namespace=namespace)
     return facts_from_nodes(
-        [node_info(n) for n in nodes],
+        node_infos(nodes),
         namespace=namespace,
         precompiled=precompiled,
         has_service_monitor_crd=await kube.crd_exists("servicemonitors.monitoring.coreos.com", max_age=CRD_MAX_AGE),

@@ -14,10 +14,13 @@ A change wakes the work keys that read it (one writer, one reader per fact):
 
 - ConfigMaps and Secrets: the policy reconciler (a ConfigMap a policy names may appear later, or
   gain or lose a key; a change of values only wakes nobody);
-- policies, NVIDIADrivers and DaemonSets: both keys (the reconciler renders them; the upgrade
-  controller reads the driver DaemonSets' revisions and the policies' upgrade knobs); a ClusterPolicy
-  change of its status only (the operator's own writes) wakes nobody: no pass reads a status it did not
-  write, and re-reading it would be a pass that does nothing;
+- policies and NVIDIADrivers: both keys (the reconciler renders them; the upgrade controller reads the
+  policies' upgrade knobs); a ClusterPolicy change of its status only (the operator's own writes) wakes
+  nobody: no pass reads a status it did not write, and re-reading it would be a pass that does nothing;
+- DaemonSets: the reconciler always (their status is the policy's readiness); the upgrade controller
+  only for a driver DaemonSet (it reads their templates and uids) or one added or removed (whether the
+  validator's exists): a rollout's or a spec change's hundreds of status updates of the other operands'
+  DaemonSets woke an upgrade pass each;
 - the other owned kinds: the policy reconciler (an operand object deleted or relabelled by hand is
   put back at once);
 - a Node: the upgrade controller always; the policy reconciler only when something it reads changed
@@ -74,6 +77,12 @@ def reconciler_view(node: JSON | None) -> tuple[Any, ...] | None:
     return tuple(sorted(i for i in labels.items() if not i[0].startswith(KEY_PREFIX))), runtime
 
 
+def _is_driver(obj: JSON | None) -> bool:
+    """Whether a DaemonSet is one the upgrade controller reads (``upgrade.collect``'s driver selector)."""
+    labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+    return all(labels.get(key) == value for key, value in DRIVER_SELECTOR.items())
+
+
 def operator_informers(
     client: Any, *, namespace: str, wake_all: Wake, wake_reconciler: Wake, wake_upgrade: Wake
 ) -> tuple[Informer, ...]:
@@ -98,6 +107,11 @@ def operator_informers(
         else:
             wake_upgrade()
 
+    def daemonset_changed(old: JSON | None, new: JSON | None) -> None:
+        wake_reconciler()
+        if old is None or new is None or any(_is_driver(obj) for obj in (old, new)):
+            wake_upgrade()
+
     nodes = watching(client, "v1", "Node", transform=slim_node, on_change=node_changed)
 
     def validator_changed(old: JSON | None, new: JSON | None) -> None:
@@ -111,7 +125,7 @@ def operator_informers(
         watching(client, "nvidia.com/v1", "ClusterPolicy", on_change=policy_changed),
         watching(client, "nvidia.com/v1alpha1", "NVIDIADriver", on_change=everyone),
         nodes,
-        watching(client, "apps/v1", "DaemonSet", namespace=namespace, on_change=everyone),
+        watching(client, "apps/v1", "DaemonSet", namespace=namespace, on_change=daemonset_changed),
         watching(client, "v1", "ConfigMap", namespace=namespace, transform=slim_config_map, on_change=reconciler),
         watching(client, "v1", "Secret", namespace=namespace, transform=slim_metadata, on_change=reconciler),
         watching(client, "apps/v1", "ControllerRevision", namespace=namespace, labels=DRIVER_SELECTOR,

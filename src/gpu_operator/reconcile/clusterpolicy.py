@@ -32,7 +32,7 @@ from gpu_operator.kube.facts import gather_facts
 from gpu_operator.names import keys
 from gpu_operator.observe.status import REFUSED_CONDITION, Status, ignored_status, policy_status, state_result
 from gpu_operator.reconcile.daemonsets import readiness_of
-from gpu_operator.reconcile.nodelabels import label_changes
+from gpu_operator.reconcile.nodelabels import label_changes_of
 from gpu_operator.reconcile.nvidiadriver import reconcile_drivers
 from gpu_operator.render import (
     PRUNE_KINDS,
@@ -70,9 +70,8 @@ async def label_nodes(kube: Kube, *, nodes: Sequence[JSON], policy: ClusterPolic
     """Patch only the nodes whose operator-owned labels differ; returns the nodes as labelled now and
     how many were patched. The given nodes are not modified (they may be an informer's cache)."""
     patched, out = 0, []
-    for node in nodes:
-        current = node["metadata"].get("labels") or {}
-        changes = label_changes(current, spec=policy.spec)
+    all_labels = [node["metadata"].get("labels") or {} for node in nodes]
+    for node, current, changes in zip(nodes, all_labels, label_changes_of(all_labels, spec=policy.spec), strict=True):
         if changes:
             await kube.patch_labels("v1", "Node", node["metadata"]["name"], changes)
             labels = {k: v for k, v in {**current, **changes}.items() if v is not None}
