@@ -449,7 +449,16 @@ def fleet_scale_section(ctx: BenchContext) -> Section:
     results = fleet_bench.measure(binaries=ctx.binaries, scales=fleet_bench.configured_scales(), log=_log)
     ctx.results["fleet_scale"] = results
     fleet_report.write_plot(results, path=fleet_report.plot_path())
-    return Section("Operator at fleet scale: up to 5,000 simulated GPU nodes", fleet_report.markdown(results))
+    scales = " and ".join(f"{r.nodes:,}" for r in results)
+    store = os.environ.get("FLEET_BENCH_STORE")
+    provenance = (
+        f"Scales {scales}, each measured once (with `FLEET_BENCH_STORE={store}` a scale measured by an earlier "
+        "invocation is read back from that file instead of measured again).\n\n"
+        if store
+        else ""
+    )
+    body = provenance + fleet_report.markdown(results)
+    return Section(f"Operator at fleet scale: {scales} simulated GPU nodes", body)
 
 
 SECTIONS.append(fleet_scale_section)
