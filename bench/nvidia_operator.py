@@ -4,8 +4,8 @@ For the peer benchmark: :func:`nvidia_operator_binary` builds it once (``hack/bu
 :func:`install_nvidia_crds` installs its CRDs, :class:`NvidiaOperatorProcess` runs it as its chart's
 Deployment does (``--leader-elect``, ``OPERATOR_NAMESPACE``, ``DRIVER_MANAGER_IMAGE``, its image's
 ``/opt/gpu-operator`` assets mounted in a private mount namespace), :data:`NVIDIA_POLICY_SPEC` is the
-ClusterPolicy its chart's default values create, and :func:`nvidia_upgrade` drives its driver upgrade
-controller. ``python bench/nvidia_operator.py`` is a smoke run on 20 simulated nodes (``nvidia_smoke``).
+ClusterPolicy its chart's default values create, ``PEER_BENCH_NODES=20 bench/run.py --only peer_operators``
+is a short run of the peer benchmark that uses them.
 """
 
 from __future__ import annotations
@@ -17,22 +17,17 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+import operator_bench as ob
 from lightkube import Client, codecs
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
 from nvidia_standins import light_standins
-
-from gpu_operator.kube.api import ClusterPolicyResource
 
 __all__ = [
     "NVIDIA_POLICY_SPEC", "UPGRADE_DRIVER_VERSION", "NvidiaOperatorProcess", "install_nvidia_crds", "light_standins",
-    "nvidia_operator_binary", "nvidia_upgrade",
+    "nvidia_operator_binary",
 ]  # fmt: skip
 
 REPO = Path(__file__).resolve().parent.parent
@@ -179,7 +174,7 @@ class NvidiaOperatorProcess:
         with contextlib.suppress(OSError, ValueError, IndexError):
             while self.process.poll() is None:
                 if Path(f"/proc/{self.pid}/exe").resolve().name == "gpu-operator":  # not while still sh/unshare
-                    rss = _vm(self.pid, "VmRSS")
+                    rss = ob._memory_mib(self.pid, "VmRSS")
                     self.peaks[self.phase] = max(self.peaks.get(self.phase, 0.0), rss)
                 time.sleep(0.2)
 
@@ -192,77 +187,3 @@ class NvidiaOperatorProcess:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
-
-
-def _vm(pid: int, key: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
-        if line.startswith(f"{key}:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def policy_state(client: Client) -> str | None:
-    obj: dict[str, Any] = client.get(ClusterPolicyResource, POLICY).to_dict()  # type: ignore[no-untyped-call]
-    return (obj.get("status") or {}).get("state")
-
-
-def upgrade_states(client: Client) -> dict[str, int]:
-    """How many driver nodes are in each upgrade state (``-`` for none yet)."""
-    out: dict[str, int] = {}
-    for node in client.list(Node, labels={"nvidia.com/gpu.deploy.driver": "true"}):
-        state = (node.metadata.labels or {}).get(UPGRADE_STATE, "-") if node.metadata else "-"
-        out[state] = out.get(state, 0) + 1
-    return out
-
-
-def _upgraded(client: Client, version: str, namespace: str) -> bool:
-    """Every driver pod runs ``version`` and is Ready, one per driver node, every one of them ``upgrade-done``."""
-    nodes = list(client.list(Node, labels={"nvidia.com/gpu.deploy.driver": "true"}))
-    pods = [p.to_dict() for p in client.list(Pod, namespace=namespace, labels={"app": DRIVER_DS})]
-    done = sum(
-        ("driver:" + version + "-") in p["spec"]["containers"][0]["image"]
-        and any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions", []))
-        for p in pods
-    )
-    return done == len(pods) == len(nodes) > 0 and all(
-        (n.metadata.labels or {}).get(UPGRADE_STATE) == "upgrade-done" and not (n.spec and n.spec.unschedulable)
-        for n in nodes
-        if n.metadata
-    )
-
-
-def nvidia_upgrade(
-    *, client: Client, version: str, namespace: str = NAMESPACE, timeout: float = 900.0,
-    log: Callable[[str], None] = print,
-) -> float:  # fmt: skip
-    """Patch the policy's driver version; seconds until every driver node is ``upgrade-done`` with a Ready
-    driver pod of ``version`` (NVIDIA's upgrade controller: cordon, restart the pod, validate, uncordon)."""
-    client.patch(ClusterPolicyResource, POLICY, {"spec": {"driver": {"version": version}}}, patch_type=PatchType.MERGE)
-    begin, last = time.monotonic(), 0.0
-    while time.monotonic() - begin < timeout:
-        if _upgraded(client, version, namespace):
-            return time.monotonic() - begin
-        if time.monotonic() - last > 15:
-            last = time.monotonic()
-            log(f"nvidia upgrade: {last - begin:.0f} s, states {upgrade_states(client)}")
-        time.sleep(0.5)
-    raise TimeoutError(f"NVIDIA's driver upgrade to {version} not done after {timeout:.0f} s: {upgrade_states(client)}")
-
-
-def rolled_out(client: Client, namespace: str = NAMESPACE) -> bool:
-    """Every DaemonSet in the namespace observed, with all desired pods updated and available."""
-    for ds in client.list(DaemonSet, namespace=namespace):
-        data = ds.to_dict()
-        status, generation = data.get("status") or {}, int(data["metadata"].get("generation", 0))
-        desired = int(status.get("desiredNumberScheduled") or 0)
-        if int(status.get("observedGeneration") or 0) < generation or not (
-            int(status.get("numberAvailable") or 0) == int(status.get("updatedNumberScheduled") or 0) == desired
-        ):
-            return False
-    return True
-
-
-if __name__ == "__main__":
-    from nvidia_smoke import main
-
-    main()

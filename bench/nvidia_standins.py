@@ -40,10 +40,9 @@ from gpu_operator.agents.shared.operands import (
 )
 from gpu_operator.sim.programs.context import ProgramContext
 from gpu_operator.sim.programs.programs import Program
-from gpu_operator.sim.programs.standins import PROGRAM_PREFIX, VALIDATIONS
+from gpu_operator.sim.programs.standins import PROGRAM_PREFIX, VALIDATIONS, _wait_file
 from gpu_operator.sim.programs.standins import programs as heavy_standins
 
-POLL_SECONDS = 0.2
 MODULE = "/sys/module/nvidia"  # on the node's host root: the driver is loaded
 OPERANDS_GONE_TIMEOUT = 300.0
 DRIVER_CTR_READY = ".driver-ctr-ready"
@@ -67,15 +66,6 @@ CONTRACT = frozenset({
     "config-manager-init", "config-manager", "nvidia-device-plugin", "gpu-feature-discovery",
     "nvidia-dcgm-exporter", "nvidia-mig-manager", "mps-control-daemon-mounts", "mps-control-daemon-ctr",
 })  # fmt: skip
-
-
-async def _wait_file(ctx: ProgramContext, name: str) -> bool:
-    """True once ``/run/nvidia/validations/NAME`` exists on the node; False if the container stops first."""
-    path = ctx.host_path(f"{VALIDATIONS}/{name}")
-    while not path.exists():
-        if await ctx.sleep(POLL_SECONDS):
-            return False
-    return True
 
 
 def _write(ctx: ProgramContext, name: str, text: str = "") -> None:
