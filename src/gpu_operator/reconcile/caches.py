@@ -41,21 +41,14 @@ from typing import Any
 from gpu_operator.kube.informer import JSON, Informer, watching
 from gpu_operator.kube.slim import slim_config_map, slim_metadata, slim_node, slim_pod
 from gpu_operator.names import keys
+from gpu_operator.render.states import PRUNE_KINDS
 from gpu_operator.upgrade.collect import DRIVER_SELECTOR, VALIDATOR_SELECTOR, VALIDATORS_NEEDED
 from gpu_operator.upgrade.model import GPU, KEY_PREFIX
 
 Wake = Callable[[], None]
 #: (apiVersion, kind, namespaced) of the kinds a state owns that no other cache here covers, listed by
-#: every pass with the state label (``render.PRUNE_KINDS`` less ConfigMaps, DaemonSets and ServiceMonitors).
-OWNED_KINDS = (
-    ("v1", "ServiceAccount", True),
-    ("v1", "Service", True),
-    ("rbac.authorization.k8s.io/v1", "Role", True),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding", True),
-    ("rbac.authorization.k8s.io/v1", "ClusterRole", False),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", False),
-    ("node.k8s.io/v1", "RuntimeClass", False),
-)
+#: every pass with the state label: ``PRUNE_KINDS`` less those with caches of their own.
+OWNED_KINDS = tuple(k for k in PRUNE_KINDS if k[1] not in {"ConfigMap", "DaemonSet", "ServiceMonitor"})
 _UNREAD_META = ("resourceVersion", "managedFields")
 
 
