@@ -80,3 +80,13 @@ def test_crds_apply_and_delete_fail_clearly_without_a_cluster(tmp_path: Path) ->
         assert f"error: gpu-operator crds {action}: " in result.output
         assert "no-such-kubeconfig" in result.output
     assert CliRunner().invoke(cli, ["crds", "upgrade"]).exit_code == 2  # unknown subcommand: a usage error
+
+
+def test_validate_a_file_that_is_not_utf8_names_the_file_and_byte(tmp_path: Path) -> None:
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(b"apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata:\n  name: caf\xe9\n")
+    result = CliRunner().invoke(cli, ["validate", str(latin1), str(INVALID / "wrong-enum.yaml")])
+    assert result.exit_code == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit)  # no traceback
+    assert f"{latin1}:4:12: not UTF-8 text (byte 0xe9)" in result.output
+    assert "wrong-enum.yaml: ClusterPolicy p: spec.mig.strategy" in result.output  # the other file still checked

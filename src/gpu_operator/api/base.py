@@ -21,6 +21,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -90,6 +91,30 @@ IntOrPercent = Annotated[
     IntOrStringMarker(pattern=PERCENT_PATTERN),
 ]
 """An integer (count) or a percentage string such as ``"25%"``."""
+
+#: A ConfigMap's or Secret's name: a DNS subdomain (RFC 1123), as the API server requires. Refusing it
+#: offline keeps a name such as ``a/../../b`` out of rendered volumes and API paths.
+#: Empty is allowed: NVIDIA's chart renders unset names as "".
+DNS_SUBDOMAIN_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
+ObjectName = Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)]
+"""The name of a ConfigMap or Secret in the operator namespace."""
+
+#: What may follow an image name: a tag (the OCI distribution grammar) or a digest (``sha256:<hex>``).
+#: A driver version is also a path element on the host (``/run/nvidia/driver`` files, repository
+#: paths), so ``../../etc/passwd`` must never pass.
+IMAGE_VERSION_PATTERN = (
+    r"^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,256})?$"
+)
+ImageVersion = Annotated[str, StringConstraints(pattern=IMAGE_VERSION_PATTERN, max_length=400)]
+"""An image tag or digest (``version`` of every image section)."""
+
+#: Prose for the patterns above, used by offline validation instead of the regular expression.
+PATTERN_MESSAGES = {
+    DNS_SUBDOMAIN_PATTERN: "must be a DNS subdomain name: lowercase letters, digits, '-' and '.', "
+    "starting and ending with a letter or digit (e.g. my-config)",
+    IMAGE_VERSION_PATTERN: "must be an image tag (letters, digits, '_', '.' and '-', at most 128, not "
+    "starting with '.' or '-') or a digest such as sha256:<hex>",
+}
 
 _QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 

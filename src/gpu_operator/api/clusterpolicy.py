@@ -18,6 +18,7 @@ from gpu_operator.api.base import (
     Condition,
     EnvVar,
     ObjectMeta,
+    ObjectName,
     Rule,
     Toleration,
     opt,
@@ -109,27 +110,27 @@ class DaemonsetsSpec(ApiModel):
 class RepoConfig(ApiModel):
     """OS package repositories for building the driver."""
 
-    config_map_name: str | None = opt(description="ConfigMap whose keys are repository files.")
+    config_map_name: ObjectName | None = opt(description="ConfigMap whose keys are repository files.")
 
 
 class CertConfig(ApiModel):
     """Custom CA certificates for package downloads."""
 
-    name: str | None = opt(description="ConfigMap holding the certificates.")
+    name: ObjectName | None = opt(description="ConfigMap holding the certificates.")
 
 
 class LicensingConfig(ApiModel):
     """vGPU guest licensing."""
 
-    config_map_name: str | None = opt(description="Deprecated: ConfigMap with gridd.conf; use secretName.")
-    secret_name: str | None = opt(description="Secret with gridd.conf and the NLS client token.")
+    config_map_name: ObjectName | None = opt(description="Deprecated: ConfigMap with gridd.conf; use secretName.")
+    secret_name: ObjectName | None = opt(description="Secret with gridd.conf and the NLS client token.")
     nls_enabled: bool | None = opt(description="Use NVIDIA License System (default false in v1).")
 
 
 class VirtualTopology(ApiModel):
     """Virtual topology daemon configuration."""
 
-    config: str | None = opt(description="ConfigMap with the topology file.")
+    config: ObjectName | None = opt(description="ConfigMap with the topology file.")
 
 
 class DriverSpec(Component):
@@ -154,7 +155,7 @@ class DriverSpec(Component):
     licensing_config: LicensingConfig | None = opt(description="vGPU licensing.")
     virtual_topology: VirtualTopology | None = opt(description="Virtual topology configuration.")
     kernel_module_config: ConfigMapRef | None = opt(description="ConfigMap of kernel module parameters.")
-    secret_env: str | None = opt(description="Secret exposed to the driver container as environment.")
+    secret_env: ObjectName | None = opt(description="Secret exposed to the driver container as environment.")
 
 
 class ToolkitSpec(Component):
@@ -189,7 +190,7 @@ class MIGSpec(ApiModel):
 class MIGManagerConfig(ApiModel):
     """MIG partitioning configurations."""
 
-    name: str | None = opt(description="ConfigMap with config.yaml (mig-parted format).")
+    name: ObjectName | None = opt(description="ConfigMap with config.yaml (mig-parted format).")
     default: Literal["all-disabled", ""] = Field(
         default="all-disabled", description="Configuration applied to nodes that ask for none."
     )

@@ -14,7 +14,9 @@ from pydantic import Field
 from gpu_operator.api.base import (
     ApiModel,
     EnvVar,
+    ImageVersion,
     IntOrPercent,
+    ObjectName,
     PullPolicy,
     ResourceRequirements,
     Rule,
@@ -62,7 +64,7 @@ class ImageRef(ApiModel):
 
     repository: str | None = opt(description="Registry and path, e.g. nvcr.io/nvidia.")
     image: str | None = opt(description="Image name, or a full image reference when repository and version are empty.")
-    version: str | None = opt(description="Image tag, or a sha256:... digest.")
+    version: ImageVersion | None = opt(description="Image tag, or a sha256:... digest.")
     image_pull_policy: PullPolicy | None = opt(description="Pull policy (default IfNotPresent).")
     image_pull_secrets: list[str] | None = opt(
         description="Names of Secrets in the operator namespace used to pull the image."
@@ -101,13 +103,13 @@ class Component(PodComponent):
 class ConfigMapRef(ApiModel):
     """A reference to a ConfigMap in the operator namespace by name."""
 
-    name: str | None = opt(description="Name of the ConfigMap.")
+    name: ObjectName | None = opt(description="Name of the ConfigMap.")
 
 
 class NamedConfig(ApiModel):
     """A ConfigMap of named configurations, and the one used when a node asks for none."""
 
-    name: str | None = opt(description="Name of the ConfigMap holding the configurations.")
+    name: ObjectName | None = opt(description="Name of the ConfigMap holding the configurations.")
     default: str | None = opt(description="Key of the configuration used by default.")
 
 

@@ -16,7 +16,7 @@ import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types
-from pydantic import BaseModel
+from pydantic import BaseModel, StringConstraints
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -74,6 +74,11 @@ def _apply_meta(schema: Schema, meta: list[Any]) -> Schema:
             schema.update({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
         elif isinstance(m, FieldRule):
             schema["x-kubernetes-validations"] = _rules(m.rules)
+        elif isinstance(m, StringConstraints):
+            if m.pattern:
+                schema["pattern"] = m.pattern
+            if m.max_length is not None:
+                schema["maxLength"] = m.max_length
         elif isinstance(m, annotated_types.Ge):
             schema["minimum"] = m.ge
         elif isinstance(m, annotated_types.Le):

@@ -16,7 +16,9 @@ from gpu_operator.api.base import (
     Condition,
     EnvVar,
     FieldRule,
+    ImageVersion,
     ObjectMeta,
+    ObjectName,
     PullPolicy,
     ResourceRequirements,
     Rule,
@@ -47,7 +49,7 @@ class SidecarImage(ApiModel):
     enabled: bool | None = opt(description="Deploy the sidecar (default false).")
     repository: str | None = opt(description="Registry and path.")
     image: str | None = opt(description="Image name.")
-    version: str | None = opt(description="Image tag or sha256 digest.")
+    version: ImageVersion | None = opt(description="Image tag or sha256 digest.")
     image_pull_policy: PullPolicy | None = opt(description="Pull policy.")
     image_pull_secrets: list[str] | None = opt(description="Pull secret names.")
     args: list[str] | None = opt(description="Extra arguments.")
@@ -57,14 +59,14 @@ class SidecarImage(ApiModel):
 class NamedRef(ApiModel):
     """A reference to a ConfigMap or Secret by name."""
 
-    name: str | None = opt(description="Name of the referenced object.")
+    name: ObjectName | None = opt(description="Name of the referenced object.")
 
 
 class DriverLicensingConfig(ApiModel):
     """vGPU guest licensing of this driver."""
 
-    secret_name: str | None = opt(description="Secret with gridd.conf and the NLS client token.")
-    name: str | None = opt(description="Deprecated: ConfigMap with gridd.conf; use secretName.")
+    secret_name: ObjectName | None = opt(description="Secret with gridd.conf and the NLS client token.")
+    name: ObjectName | None = opt(description="Deprecated: ConfigMap with gridd.conf; use secretName.")
     nls_enabled: bool | None = opt(description="Use NVIDIA License System (default true).")
 
 
@@ -129,7 +131,7 @@ class NVIDIADriverSpec(ApiModel):
     rdma: Rdma | None = opt(description="GPUDirect RDMA.")
     repository: str | None = opt(description="Registry and path of the driver image.")
     image: str = Field(default="nvcr.io/nvidia/driver", description="Driver image name or reference.")
-    version: str | None = opt(description="Driver version (image tag) or sha256 digest.")
+    version: ImageVersion | None = opt(description="Driver version (image tag) or sha256 digest.")
     image_pull_policy: PullPolicy | None = opt(description="Pull policy.")
     image_pull_secrets: list[str] | None = opt(description="Pull secret names.")
     manager: DriverManager | None = opt(description="The driver manager init step.")
@@ -142,7 +144,7 @@ class NVIDIADriverSpec(ApiModel):
     licensing_config: DriverLicensingConfig | None = opt(description="vGPU licensing.")
     virtual_topology_config: NamedRef | None = opt(description="Virtual topology ConfigMap.")
     kernel_module_config: ConfigMapRef | None = opt(description="Kernel module parameters ConfigMap.")
-    secret_env: str | None = opt(description="Secret exposed to the driver container as environment.")
+    secret_env: ObjectName | None = opt(description="Secret exposed to the driver container as environment.")
     upgrade_policy: NVIDIADriverUpgradePolicy | None = opt(description="Rolling driver-upgrade policy.")
     node_selector: dict[str, str] | None = opt(description="Labels of the nodes this driver applies to.")
     node_affinity: NodeAffinity | None = opt(description="Node affinity of driver pods.")

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, opt
+from gpu_operator.api.base import ApiModel, ObjectName, opt
 from gpu_operator.api.components import Component, ConfigMapRef, DriverManager
 
 
@@ -33,7 +33,7 @@ class VGPUManagerSpec(Component):
 class VGPUDeviceManagerConfig(ApiModel):
     """vGPU device configurations."""
 
-    name: str | None = opt(description="ConfigMap of vGPU device configurations.")
+    name: ObjectName | None = opt(description="ConfigMap of vGPU device configurations.")
     default: str = Field(default="default", description="Configuration applied to nodes that ask for none.")
 
 
@@ -57,7 +57,7 @@ class KataArtifacts(ApiModel):
     """Where a Kata runtime class's artifacts are pulled from."""
 
     url: str = Field(description="OCI reference of the artifacts.")
-    pull_secret: str | None = opt(description="Secret for pulling the artifacts.")
+    pull_secret: ObjectName | None = opt(description="Secret for pulling the artifacts.")
 
 
 class KataRuntimeClass(ApiModel):

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from gpu_operator.api.base import PATTERN_MESSAGES
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.network.ippool import IPPool
 from gpu_operator.api.network.networks import HostDeviceNetwork, IPoIBNetwork, MacvlanNetwork
@@ -93,7 +94,8 @@ def _message(err: Any) -> str:
     if kind == "literal_error":
         return f"must be one of {err['ctx']['expected']} (got {err['input']!r})"
     if kind == "string_pattern_mismatch":
-        return f"{err['input']!r} does not match the pattern {err['ctx']['pattern']}"
+        pattern = err["ctx"]["pattern"]
+        return f"{err['input']!r} {PATTERN_MESSAGES.get(pattern, f'does not match the pattern {pattern}')}"
     if kind in ("greater_than_equal", "less_than_equal"):
         return str(err["msg"]).replace("Input should be", "must be")
     if kind == "string_too_short":
@@ -150,6 +152,12 @@ def load_file(path: Path) -> list[Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DocumentError(f"{path}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raw = exc.object
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        problem = f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); manifests must be UTF-8"
+        raise DocumentError(f"{path}:{line}:{column}: {problem}") from exc
     try:
         return [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
