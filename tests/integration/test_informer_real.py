@@ -1,7 +1,9 @@
 """An informer against a real API server survives an outage: kube-apiserver is stopped and started
 again under it, objects change right after, and the cache ends up exactly like the cluster. Two informers
 run side by side, one through each :class:`~gpu_operator.kube.client.KubeClient` (lightkube's ``Kube``,
-the simulator's ``RestKube``): both clients keep one informer's behaviour on a real server."""
+the simulator's ``RestKube``): both clients keep one informer's behaviour on a real server. lightkube's
+is made as the operator makes it (``kube.connect.async_client``), over the operator's own transport
+(``kube.transport``), whose watch connection the restart breaks."""
 
 from __future__ import annotations
 
@@ -9,10 +11,11 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from lightkube import AsyncClient, KubeConfig, codecs
+from lightkube import codecs
 from lightkube.resources.core_v1 import ConfigMap
 
 from gpu_operator.kube.api import Kube
+from gpu_operator.kube.connect import async_client
 from gpu_operator.kube.informer import Informer
 from gpu_operator.kube.restclient import ApiClient, ClusterAccess
 from gpu_operator.kube.restkube import RestKube
@@ -48,7 +51,7 @@ def test_an_informer_relists_after_the_api_server_restarts() -> None:
             return record
 
         async def scenario() -> list[Informer]:
-            client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig_path))
+            client = async_client(kubeconfig=cluster.kubeconfig_path, field_manager=None)
             rest = ApiClient(access=ClusterAccess.from_kubeconfig(cluster.kubeconfig_path))
             informers = [
                 Informer(
