@@ -89,7 +89,8 @@ def test_disabling_an_operand_prunes_its_objects() -> None:
     assert "nvidia-device-plugin-daemonset" in _daemonsets(api)  # the others stay
 
 
-def test_an_outdated_driver_pod_is_cordoned_and_replaced_by_upgrade_passes() -> None:
+def _driver_cluster(*, pod_revision: str) -> FakeApi:
+    """A GPU node whose driver pod runs revision ``pod_revision`` of the driver DaemonSet ("new" is current)."""
     upgrade = {"autoUpgrade": True, "maxParallelUpgrades": 1, "podDeletion": {"timeoutSeconds": 60}}
     api = _cluster(
         {"driver": {"repository": "nvcr.io/nvidia", "image": "driver", "version": NEW, "upgradePolicy": upgrade}}
@@ -106,13 +107,38 @@ def test_an_outdated_driver_pod_is_cordoned_and_replaced_by_upgrade_passes() -> 
              "metadata": {"name": "nvidia-driver-new", "namespace": NS, "ownerReferences": [owner],
                           "labels": {**component, "controller-revision-hash": "new"}}},
             plural="controllerrevisions")  # fmt: skip
+    version = NEW if pod_revision == "new" else OLD
     api.put({"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "nvidia-driver-old", "namespace": NS, "ownerReferences": [owner],
-                          "labels": {**component, "controller-revision-hash": "old"}},
+             "metadata": {"name": f"nvidia-driver-{pod_revision}", "namespace": NS, "ownerReferences": [owner],
+                          "labels": {**component, "controller-revision-hash": pod_revision}},
              "spec": {"nodeName": "gpu-1", "containers": [{"name": "driver", "image": "driver",
-                                                           "env": [{"name": "DRIVER_VERSION", "value": OLD}]}]},
+                                                           "env": [{"name": "DRIVER_VERSION", "value": version}]}]},
              "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
             plural="pods")  # fmt: skip
+    return api
+
+
+def _upgrade_events(api: FakeApi) -> list[JSON]:
+    return [o for k, o in api.objects.items() if k[1] == "events" and o.get("reason") == m.EVENT_REASON]
+
+
+def test_a_node_first_seen_up_to_date_is_labelled_done_without_an_event() -> None:
+    api = _driver_cluster(pod_revision="new")
+
+    async def one_pass() -> None:
+        client = api.client()
+        try:
+            await upgrade_pass(Kube(client), namespace=NS)
+        finally:
+            await client.close()
+
+    asyncio.run(one_pass())
+    assert _labels(api, "gpu-1")[m.STATE_LABEL] == m.DONE
+    assert _upgrade_events(api) == []  # nothing happened to the node: no Event per node on a new cluster
+
+
+def test_an_outdated_driver_pod_is_cordoned_and_replaced_by_upgrade_passes() -> None:
+    api = _driver_cluster(pod_revision="old")
 
     async def passes() -> list[str]:
         client = api.client()
@@ -133,3 +159,6 @@ def test_an_outdated_driver_pod_is_cordoned_and_replaced_by_upgrade_passes() -> 
     node = api.get("v1", "nodes", "gpu-1") or {}
     assert node["spec"]["unschedulable"] is True  # cordoned before its driver went
     assert _labels(api, "gpu-1")[m.STATE_LABEL] in (m.POD_RESTART, m.VALIDATION)
+    events = _upgrade_events(api)
+    assert events
+    assert all(e["involvedObject"]["name"] == "gpu-1" for e in events)

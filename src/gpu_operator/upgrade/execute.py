@@ -6,7 +6,9 @@ cordon, or the reverse); then evictions through the Eviction API (a PodDisruptio
 and the pod stays until a later pass or the timeout); then the driver pod's deletion (its OnDelete
 DaemonSet recreates it from the new template); then one Event naming the transitions (reason
 ``GPUDriverUpgrade``, or ``OFEDDriverUpgrade`` for the Network Operator's driver: the plan's keys
-say). Failures on one node are logged and reported; the next pass retries from the cluster's state.
+say). A node seen for the first time with an up-to-date driver is labelled ``upgrade-done`` without
+an Event: nothing happened to it, and on a new cluster that would be one Event per node. Failures on
+one node are logged and reported; the next pass retries from the cluster's state.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from gpu_operator.kube.api import Kube
 from gpu_operator.kube.objects import Eviction, node_patch_body
+from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import EVENT_REASON
 from gpu_operator.upgrade.plan import Plan
 from gpu_operator.upgrade.steps import Step
@@ -37,6 +40,11 @@ class Applied:
     blocked: list[str] = field(default_factory=list)  # pods whose eviction a budget refused
     deleted: int = 0
     errors: list[str] = field(default_factory=list)
+
+
+def noteworthy(step: Step) -> bool:
+    """Whether the step's transitions deserve an Event: all but a first sight (no state -> done)."""
+    return bool(step.transitions) and [(t[0], t[1]) for t in step.transitions] != [(m.UNKNOWN, m.DONE)]
 
 
 def node_patch(step: Step) -> dict[str, Any]:
@@ -69,7 +77,7 @@ async def apply_step(kube: Kube, step: Step, applied: Applied, *, reason: str = 
     for key in step.restart:
         namespace, name = key.split("/", 1)
         await kube.delete("v1", "Pod", name, namespace=namespace)
-    if step.transitions:
+    if noteworthy(step):
         await _event(kube, step, reason=reason)
 
 
