@@ -11,6 +11,8 @@ import json
 from typing import Any
 
 import pytest
+from lightkube import ApiError
+from lightkube.models.meta_v1 import Status
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.kube.api import Kube
@@ -184,3 +186,30 @@ def test_a_crd_answer_is_reused_only_within_max_age(monkeypatch: pytest.MonkeyPa
 
     assert asyncio.run(reads()) == [True, True, False]
     assert asked == ["a.example", "a.example"]
+
+
+def test_an_apply_answered_404_forgets_the_cached_crd_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = Kube(None)  # type: ignore[arg-type]
+    installed = {"servicemonitors.monitoring.coreos.com": True}
+
+    async def get(api_version: str, kind: str, name: str, *, namespace: str | None = None) -> JSON | None:
+        return {"metadata": {"name": name}} if installed.get(name) else None
+
+    class Client:
+        async def apply(self, obj: Any, **_: Any) -> Any:
+            raise ApiError(status=Status(code=404, message="the server could not find the requested resource"))
+
+    monkeypatch.setattr(kube, "get", get)
+    kube.client = Client()  # type: ignore[assignment]
+    monitor = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "m"}}
+
+    async def scenario() -> list[bool]:
+        crd = "servicemonitors.monitoring.coreos.com"
+        out = [await kube.crd_exists(crd, max_age=60)]
+        installed.clear()  # the CRD is deleted; the cached answer still says installed
+        with pytest.raises(ApiError):
+            await kube.apply(monitor)
+        out.append(await kube.crd_exists(crd, max_age=60))  # asked again: the next pass skips the kind
+        return out
+
+    assert asyncio.run(scenario()) == [True, False]

@@ -150,7 +150,13 @@ class Kube:
 
     async def apply(self, obj: Mapping[str, Any]) -> JSON:
         self.requests += 1
-        applied = await self.client.apply(codecs.from_dict(dict(obj)), field_manager=self.field_manager, force=True)
+        try:
+            applied = await self.client.apply(codecs.from_dict(dict(obj)), field_manager=self.field_manager, force=True)
+        except ApiError as error:
+            if error.status.code == 404:
+                # The kind's CRD may have gone since ``crd_exists`` cached it: ask again on the retry.
+                self._crds.clear()
+            raise
         return strip(applied)
 
     async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> JSON | None:
