@@ -213,3 +213,18 @@ def test_an_apply_answered_404_forgets_the_cached_crd_answers(monkeypatch: pytes
         return out
 
     assert asyncio.run(scenario()) == [True, False]
+
+
+def test_an_unchanged_rendered_object_is_owned_and_hashed_once() -> None:
+    obj: JSON = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": NS}, "data": {}}
+    owner = _policy()
+    first = clusterpolicy._desired_of(obj, owner=owner)
+    assert clusterpolicy._desired_of(obj, owner=owner) is first  # the same rendered object: reused
+    assert first["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    assert first["metadata"]["annotations"]  # stamped with the applied hash
+    assert "ownerReferences" not in obj["metadata"]  # the render's own object is left alone
+    other = {**owner, "metadata": {**owner["metadata"], "uid": "u2"}}
+    assert clusterpolicy._desired_of(obj, owner=other)["metadata"]["ownerReferences"][0]["uid"] == "u2"
+    equal = copy.deepcopy(obj)  # an equal but new object (a new render): made anew
+    assert clusterpolicy._desired_of(equal, owner=owner) is not first
+    assert clusterpolicy._desired_of(equal, owner=owner) == first

@@ -132,6 +132,32 @@ async def _owned(kube: Kube, *, owner: JSON, namespace: str, service_monitors: b
     return owned
 
 
+#: Each rendered object's owned, hash-stamped form, by the object's identity. Rendering is memoised
+#: (``_render``), so a pass with unchanged inputs meets the very same objects again and need not copy
+#: and hash every one of them (a JSON dump and a SHA-256 each, per pass). The entry keeps the object
+#: alive, so its id cannot be reused while it is here.
+_desired: dict[int, tuple[JSON, tuple[str, ...], JSON]] = {}
+_DESIRED_MAX = 4096
+
+
+def _desired_of(obj: JSON, *, owner: JSON) -> JSON:
+    meta = owner["metadata"]
+    who = (
+        str(owner.get("apiVersion", "")),
+        str(owner.get("kind", "")),
+        str(meta.get("uid", "")),
+        str(meta.get("name", "")),
+    )
+    known = _desired.get(id(obj))
+    if known is not None and known[0] is obj and known[1] == who:
+        return known[2]
+    desired = with_applied_hash(with_owner(obj, owner=owner))
+    if len(_desired) >= _DESIRED_MAX:
+        _desired.clear()
+    _desired[id(obj)] = (obj, who, desired)
+    return desired
+
+
 async def converge(
     kube: Kube, *, states: Sequence[StateManifests], owner: JSON, namespace: str, service_monitors: bool
 ) -> Converged:
@@ -144,7 +170,7 @@ async def converge(
         for obj in state.objects if state.enabled else ():
             key = _key(obj)
             wanted.add(key)
-            desired = with_applied_hash(with_owner(obj, owner=owner))
+            desired = _desired_of(obj, owner=owner)
             live = owned.get(key)
             if live is not None and applied_hash(live) == applied_hash(desired):
                 continue  # unchanged since we applied it: skip the write (and its watch event)
