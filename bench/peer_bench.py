@@ -19,6 +19,7 @@ contracts, so both roll out the same DaemonSets and pods. Then, on the same oper
 from __future__ import annotations
 
 import multiprocessing
+import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +46,9 @@ NAMESPACE = ob.NAMESPACE
 OS = OsPool(os_id="ubuntu", os_version_id="22.04", kernel_version="5.15.0-105-generic")
 GPU_MIX_PER_100 = {"dgx-h100": 35, "hgx-h200": 10, "dgx-a100": 10, "pcie-l4": 25, "pcie-t4": 10, "a100-mig": 10}
 UPGRADE_TIMEOUT = 1200.0
+#: Four of our idle resyncs (60 s) and two of NVIDIA's requeues (2 min): a shorter window would count
+#: one operator's periodic work whole and the other's by chance (``PEER_BENCH_IDLE_SECONDS`` to change).
+IDLE_SECONDS = float(os.environ.get("PEER_BENCH_IDLE_SECONDS") or 240.0)
 OPERATORS = ("ours", "nvidia")
 
 
@@ -223,7 +227,7 @@ def _idle(*, operator: Any, audit: AuditLog, result: PeerResult, log: Callable[[
     operator.phase = "idle"
     time.sleep(ob.SETTLE_SECONDS)
     mark, cpu, begin = audit.mark(), _cpu_s(operator.pid), time.monotonic()
-    time.sleep(ob.IDLE_SECONDS)
+    time.sleep(IDLE_SECONDS)
     result.idle_seconds = time.monotonic() - begin
     result.idle_cpu_percent = (_cpu_s(operator.pid) - cpu) / result.idle_seconds * 100
     result.idle_requests = dict(audit.count(since=mark))
@@ -322,7 +326,8 @@ def describe(*, nodes: int) -> str:
         f"{nv.VERSION_REASON} API requests are counted at the API server from its audit log (the operator's "
         "ServiceAccount only, one event per request as received), so both are counted alike. CPU: the "
         "operator process's user+system time (`/proc/PID/stat`). Idle: "
-        f"{ob.IDLE_SECONDS:.0f} s starting {ob.SETTLE_SECONDS:.0f} s after rolled out. Spec change: "
+        f"{IDLE_SECONDS:.0f} s (four of our 60-s resyncs, two of NVIDIA's 2-min requeues) starting "
+        f"{ob.SETTLE_SECONDS:.0f} s after rolled out. Spec change: "
         f"{ob.SPEC_CHANGES} new `dcgmExporter.version`s 2 s apart, each timed from the patch to the "
         f"`{ob.EXPORTER_DS}` DaemonSet template carrying the new image. Driver upgrade: `driver.version` "
         "changed with `upgradePolicy.maxParallelUpgrades` 10, timed to every node `upgrade-done` with a Ready "
