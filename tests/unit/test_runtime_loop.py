@@ -92,3 +92,77 @@ def test_the_backoff_doubles_to_its_ceiling_and_takes_retry_after_as_a_floor() -
     assert backoff.next(_status_error(429, "0")) == 0.2  # "0" is no reason to retry sooner than our schedule
     assert error_kind(_status_error(503)) == "http_503"
     assert error_kind(httpx.ConnectError("refused")) == "ConnectError"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+
+def test_pace_spaces_passes_woken_by_a_stream_of_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(loop_module, "time", clock)
+    waits: list[tuple[float, bool]] = []  # (seconds, woken by events) of every pause
+
+    async def recorded(
+        stop: asyncio.Event, *, wake: asyncio.Event | None, seconds: float, coalesce: float = 0.0
+    ) -> None:
+        waits.append((round(seconds, 3), wake is not None))
+        if wake is None:
+            clock.now += seconds  # the pacing wait runs its full time
+
+    monkeypatch.setattr(loop_module, "pause", recorded)
+
+    async def scenario() -> int:
+        stop = asyncio.Event()
+        passes = 0
+
+        async def work() -> Result:
+            nonlocal passes
+            passes += 1
+            clock.now += 0.2  # the pass takes 0.2 s, and an event arrives meanwhile
+            loop.wake.set()
+            if passes == 3:
+                stop.set()
+            return Result(after=60)
+
+        loop = Loop(name="t", work=work, pace=1.0)
+        await loop.run(stop=stop)
+        return passes
+
+    assert asyncio.run(scenario()) == 3
+    # After each pass: the wait for events (answered at once), then the rest of the pace: 1.0 - 0.2 s.
+    assert waits[:4] == [(60, True), (0.8, False), (60, True), (0.8, False)]
+
+
+def test_without_pace_a_woken_loop_does_not_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[bool] = []
+
+    async def recorded(
+        stop: asyncio.Event, *, wake: asyncio.Event | None, seconds: float, coalesce: float = 0.0
+    ) -> None:
+        waits.append(wake is not None)
+
+    monkeypatch.setattr(loop_module, "pause", recorded)
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        count = 0
+
+        async def work() -> Result:
+            nonlocal count
+            count += 1
+            if count == 3:
+                stop.set()
+            return Result(after=60)
+
+        await Loop(name="t", work=work).run(stop=stop)
+
+    asyncio.run(scenario())
+    assert waits == [True, True, True]

@@ -62,6 +62,10 @@ COALESCE = 0.2  # seconds a woken reconciler waits for the rest of a burst (a sp
 # An upgrade pass reads only caches and acts on one step per node: it reacts at once to the pod or node
 # change that woke it, and waits just long enough to batch the writes of one wave.
 UPGRADE_COALESCE = 0.05
+RECONCILE_PACE = 0.0  # the reconciler's passes are not paced: spec changes and readiness go out at once
+# While a fleet's driver pods and nodes change one after another (a first rollout, a wave), at most one
+# upgrade pass a second: each reads every managed node, and a wave's steps wait on pods anyway.
+UPGRADE_PACE = 1.0
 RECONCILE, UPGRADE, LEASE = "reconcile", "driver-upgrade", "lease"
 
 
@@ -120,12 +124,12 @@ class Operator:
         supervisor = Supervisor(stop=asyncio.Event())
         self.supervisor = supervisor
         reconcile = Loop(
-            name=RECONCILE, work=self._reconcile, idle=IDLE_RESYNC, coalesce=COALESCE, gate_poll=RENEW_SECONDS,
-            backoff=self._backoff(), stats=self.reconcile_stats,
+            name=RECONCILE, work=self._reconcile, idle=IDLE_RESYNC, coalesce=COALESCE, pace=RECONCILE_PACE,
+            gate_poll=RENEW_SECONDS, backoff=self._backoff(), stats=self.reconcile_stats,
         )  # fmt: skip
         upgrade = Loop(
-            name=UPGRADE, work=self._upgrade, idle=IDLE_RESYNC, coalesce=UPGRADE_COALESCE, gate_poll=RENEW_SECONDS,
-            backoff=self._backoff(), stats=self.upgrade_stats,
+            name=UPGRADE, work=self._upgrade, idle=IDLE_RESYNC, coalesce=UPGRADE_COALESCE, pace=UPGRADE_PACE,
+            gate_poll=RENEW_SECONDS, backoff=self._backoff(), stats=self.upgrade_stats,
         )  # fmt: skip
 
         def wake_all() -> None:

@@ -2,7 +2,10 @@
 
 ``work`` is an ``async`` callable returning a :class:`Result`. The loop clears its wake event before
 each pass, so a change that lands during the pass wakes it again at once; a woken loop waits
-``coalesce`` seconds more so a burst (a spec change touches many objects) costs one pass. Any
+``coalesce`` seconds more so a burst (a spec change touches many objects) costs one pass, and with
+``pace`` never starts a pass sooner than that many seconds after the previous one began (a long
+stream of events, such as a fleet's pods turning ready, then costs one pass per ``pace``, while
+the first change after a quiet spell is still handled at once). Any
 ``Exception`` a pass raises is logged, counted by kind in :class:`LoopStats` and retried after the
 backoff (or the API server's Retry-After); only cancellation ends the loop.
 """
@@ -75,6 +78,7 @@ class Loop:
     gate_poll: float = 5.0
     idle: float = 60.0  # seconds between passes when nothing happens: a safety net, events do the work
     coalesce: float = 0.0
+    pace: float = 0.0  # the least time between the starts of two passes woken by events
     backoff: Backoff = field(default_factory=Backoff)
     stats: LoopStats = field(default_factory=LoopStats)
 
@@ -87,8 +91,12 @@ class Loop:
                 await pause(stop, wake=self.gate, seconds=self.gate_poll)
                 continue
             self.wake.clear()
+            begun = time.monotonic()
             delay = await self._pass()
             await pause(stop, wake=self.wake, seconds=delay, coalesce=self.coalesce)
+            early = self.pace - (time.monotonic() - begun)
+            if early > 0 and not stop.is_set():
+                await pause(stop, wake=None, seconds=early)
 
     async def _pass(self) -> float:
         try:
