@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import pickle
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -153,6 +154,22 @@ class FleetResult:
     healthy_at_end: int
     pods_at_ready: tuple[int, int]
     heartbeat_errors: int
+    #: The commit measured (``git describe``-like: a ``+`` when the tree had changes); results kept in a
+    #: store across commits say which code each scale ran.
+    commit: str = ""
+
+
+def source_commit() -> str:
+    """The repository's commit, ``+`` when the working tree differs from it; "" outside a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+" if dirty else "")
 
 
 class _Sims:
@@ -295,7 +312,7 @@ def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], No
         rolled_out_s=rollout.rolled_out_s, cpu_to_rolled_out_s=rollout.cpu_s, rss_idle_mib=idle.rss_mib,
         peak_rss_mib=peak, peaks=peaks, idle=idle, change_latencies=latencies, change_timeouts=timeouts,
         upgrade_passes=passes, usage=usage, healthy_at_ready=healthy_at_ready, healthy_at_end=healthy_at_end,
-        pods_at_ready=pods_at_ready, heartbeat_errors=errors,
+        pods_at_ready=pods_at_ready, heartbeat_errors=errors, commit=source_commit(),
     )  # fmt: skip
 
 

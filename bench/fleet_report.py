@@ -73,7 +73,7 @@ def markdown(results: Sequence[FleetResult], *, plot: Path = PLOT) -> str:
     header = [
         "nodes (simulators)", "registered / healthy s", "`ready` s", "rolled out s", "operator CPU s to rolled out",
         "RSS idle / peak MiB", "idle req/s (Lease)", "change p50 / p99 s", "upgrade passes while rolling out: n, "
-        "p50 / max ms", "idle passes", "nodes healthy at ready / end", "pods available / wanted",
+        "p50 / max ms", "idle passes", "nodes healthy at ready / end", "pods available / wanted", "commit",
     ]  # fmt: skip
     rows, targets, notes = [], [], []
     for r in results:
@@ -87,6 +87,7 @@ def markdown(results: Sequence[FleetResult], *, plot: Path = PLOT) -> str:
             f"{other_per_second(r.idle):.2f} ({lease_requests(r.idle) / r.idle.seconds:.2f})", change,
             _passes(r.upgrade_passes.get("policy to ready", [])), _passes(r.upgrade_passes.get("idle", [])),
             f"{r.healthy_at_ready:,} / {r.healthy_at_end:,}", f"{r.pods_at_ready[1]:,} / {r.pods_at_ready[0]:,}",
+            f"`{r.commit}`" if r.commit else "n/a",
         ])  # fmt: skip
         allowed = TARGET_REQUESTS_PER_SECOND_PER_1000 * r.nodes / 1000
         p99_ok = _p99(r) < TARGET_CHANGE_P99_S and not r.change_timeouts
@@ -113,7 +114,8 @@ def markdown(results: Sequence[FleetResult], *, plot: Path = PLOT) -> str:
         "target's allowance is *plus the Lease*); spec change: a restarted operator, "
         f"{SPEC_CHANGES} `dcgmExporter.version` patches to the DaemonSet carrying the image. Upgrade passes: "
         "the upgrade controller's own pass time (`Operator.upgrade_pass_seconds`: snapshot, plan and execute "
-        "over every node), count and p50 / max.\n\n"
+        "over every node), count and p50 / max. Commit: the code each scale ran (`+`: with uncommitted changes; "
+        "scales reused from a store may predate later ones).\n\n"
         + _table(header, rows)
         + f"\n\nTargets (issue 23): peak RSS <= {TARGET_RSS_MIB:.0f} MiB; idle requests besides the Lease <= "
         f"{TARGET_REQUESTS_PER_SECOND_PER_1000:.0f}/s per 1,000 nodes; spec change p99 < {TARGET_CHANGE_P99_S:.0f} s "
