@@ -52,3 +52,23 @@ def test_verdicts_quote_the_figures_and_ties_are_met() -> None:
 
 def test_no_peer_table_says_so() -> None:
     assert "run `bench/run.py --only peer_operators`" in peer_targets.markdown({})
+
+
+def _rows(ready: tuple[str, str], rolled_out: tuple[str, str]) -> dict[str, tuple[str, str]]:
+    return {
+        peer_targets.READY: ready,
+        peer_targets.ROLLED_OUT: rolled_out,
+        peer_targets.CPU_READY: ("2.89", "0.98"),
+        peer_targets.CPU_ROLLED_OUT: ("2.89", "4.42"),
+    }
+
+
+def test_a_ready_before_the_rollout_is_explained_with_the_same_work_compared() -> None:
+    text = peer_targets.markdown(_rows(ready=("33.5", "15.0"), rolled_out=("33.5", "50.2")))
+    assert "reported `ready` 15 s after the policy, 35.2 s before its DaemonSets were rolled out (50.2 s)" in text
+    assert "ours used 2.89 CPU-s against NVIDIA's 4.42" in text
+
+
+def test_no_explanation_when_both_say_ready_at_rolled_out() -> None:
+    assert peer_targets.ready_note(_rows(ready=("33.5", "50.0"), rolled_out=("33.5", "50.2"))) == ""
+    assert peer_targets.ready_note({}) == ""
