@@ -166,3 +166,33 @@ def test_without_pace_a_woken_loop_does_not_wait(monkeypatch: pytest.MonkeyPatch
 
     asyncio.run(scenario())
     assert waits == [True, True, True]
+
+
+def test_a_failed_pass_is_retried_on_its_backoff_not_the_pace(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(loop_module, "time", clock)
+    waits: list[tuple[float, bool]] = []
+
+    async def recorded(
+        stop: asyncio.Event, *, wake: asyncio.Event | None, seconds: float, coalesce: float = 0.0
+    ) -> None:
+        waits.append((round(seconds, 3), wake is not None))
+
+    monkeypatch.setattr(loop_module, "pause", recorded)
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        results: list[Exception | Result] = [RuntimeError("boom"), Result(after=60)]
+
+        async def work() -> Result:
+            item = results.pop(0)
+            if not results:
+                stop.set()
+            if isinstance(item, Exception):
+                raise item
+            return item
+
+        await Loop(name="t", work=work, pace=1.0, backoff=Backoff(initial=0.25, ceiling=1.0)).run(stop=stop)
+
+    asyncio.run(scenario())
+    assert waits == [(0.25, True), (60, True)]  # the backoff's delay, and no pacing wait after the failure

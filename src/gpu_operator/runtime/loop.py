@@ -5,7 +5,8 @@ each pass, so a change that lands during the pass wakes it again at once; a woke
 ``coalesce`` seconds more so a burst (a spec change touches many objects) costs one pass, and with
 ``pace`` never starts a pass sooner than that many seconds after the previous one began (a long
 stream of events, such as a fleet's pods turning ready, then costs one pass per ``pace``, while
-the first change after a quiet spell is still handled at once). Any
+the first change after a quiet spell is still handled at once; a failed pass is retried on its
+backoff instead). Any
 ``Exception`` a pass raises is logged, counted by kind in :class:`LoopStats` and retried after the
 backoff (or the API server's Retry-After); only cancellation ends the loop.
 """
@@ -91,11 +92,12 @@ class Loop:
                 await pause(stop, wake=self.gate, seconds=self.gate_poll)
                 continue
             self.wake.clear()
-            begun = time.monotonic()
+            begun, failures = time.monotonic(), self.stats.failures
             delay = await self._pass()
             await pause(stop, wake=self.wake, seconds=delay, coalesce=self.coalesce)
+            # Pacing spaces passes that succeed; a failed one is retried on its backoff's schedule.
             early = self.pace - (time.monotonic() - begun)
-            if early > 0 and not stop.is_set():
+            if early > 0 and self.stats.failures == failures and not stop.is_set():
                 await pause(stop, wake=None, seconds=early)
 
     async def _pass(self) -> float:
