@@ -195,13 +195,17 @@ async def _until_stopped(work: Awaitable[Any], *, stop: asyncio.Event, timeout: 
     whatever is left is cancelled."""
     task: asyncio.Future[Any] = asyncio.ensure_future(work)
     stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    finished = False
     try:
         await asyncio.wait({task, stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        # Decided before cancelling: a gather cancelled here can end with CancelledError as its
+        # *exception* (not as cancelled) once its children have gone, which is no error of the work.
+        finished = task.done()
         for future in (task, stopped):
             future.cancel()
         await asyncio.gather(stopped, return_exceptions=True)
-    if task.done() and not task.cancelled():
+    if finished and not task.cancelled():
         task.result()
     else:
         await asyncio.gather(task, return_exceptions=True)
