@@ -81,7 +81,7 @@ def markdown(rows: Mapping[str, tuple[str, str]]) -> str:
     lines = ["| target | ours | NVIDIA's | verdict |", "|---|---:|---:|---|"]
     for label, target in TARGETS:
         ours, theirs = rows.get(label, ("n/a", "n/a"))
-        a, b = _number(ours), _number(theirs)
+        a, b = _figures(rows, label)
         verdict = "n/a" if a is None or b is None else ("met" if a <= b else "**missed**")
         lines.append(f"| {target} ({label}) | {ours} | {theirs} | {verdict} |")
     note = ready_note(rows)

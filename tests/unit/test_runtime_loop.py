@@ -105,19 +105,26 @@ class _Clock:
         return self.now
 
 
-def test_pace_spaces_passes_woken_by_a_stream_of_events(monkeypatch: pytest.MonkeyPatch) -> None:
+def _record_pauses(monkeypatch: pytest.MonkeyPatch) -> tuple[_Clock, list[tuple[float, bool]]]:
+    """A fake clock for the loop, and every pause it takes as (seconds, woken by events); a pacing
+    pause (no wake event) advances the clock by its full time, a wait for events returns at once."""
     clock = _Clock()
     monkeypatch.setattr(loop_module, "time", clock)
-    waits: list[tuple[float, bool]] = []  # (seconds, woken by events) of every pause
+    waits: list[tuple[float, bool]] = []
 
     async def recorded(
         stop: asyncio.Event, *, wake: asyncio.Event | None, seconds: float, coalesce: float = 0.0
     ) -> None:
         waits.append((round(seconds, 3), wake is not None))
         if wake is None:
-            clock.now += seconds  # the pacing wait runs its full time
+            clock.now += seconds
 
     monkeypatch.setattr(loop_module, "pause", recorded)
+    return clock, waits
+
+
+def test_pace_spaces_passes_woken_by_a_stream_of_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock, waits = _record_pauses(monkeypatch)
 
     async def scenario() -> int:
         stop = asyncio.Event()
@@ -142,14 +149,7 @@ def test_pace_spaces_passes_woken_by_a_stream_of_events(monkeypatch: pytest.Monk
 
 
 def test_without_pace_a_woken_loop_does_not_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    waits: list[bool] = []
-
-    async def recorded(
-        stop: asyncio.Event, *, wake: asyncio.Event | None, seconds: float, coalesce: float = 0.0
-    ) -> None:
-        waits.append(wake is not None)
-
-    monkeypatch.setattr(loop_module, "pause", recorded)
+    _, waits = _record_pauses(monkeypatch)
 
     async def scenario() -> None:
         stop = asyncio.Event()
@@ -165,20 +165,11 @@ def test_without_pace_a_woken_loop_does_not_wait(monkeypatch: pytest.MonkeyPatch
         await Loop(name="t", work=work).run(stop=stop)
 
     asyncio.run(scenario())
-    assert waits == [True, True, True]
+    assert [woken for _, woken in waits] == [True, True, True]
 
 
 def test_a_failed_pass_is_retried_on_its_backoff_not_the_pace(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = _Clock()
-    monkeypatch.setattr(loop_module, "time", clock)
-    waits: list[tuple[float, bool]] = []
-
-    async def recorded(
-        stop: asyncio.Event, *, wake: asyncio.Event | None, seconds: float, coalesce: float = 0.0
-    ) -> None:
-        waits.append((round(seconds, 3), wake is not None))
-
-    monkeypatch.setattr(loop_module, "pause", recorded)
+    _, waits = _record_pauses(monkeypatch)
 
     async def scenario() -> None:
         stop = asyncio.Event()
