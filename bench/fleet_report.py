@@ -34,6 +34,20 @@ def _p99(r: FleetResult) -> float:
     return _pct(r.change_latencies, 0.99) if r.change_latencies else float("inf")
 
 
+def _peak_phase(r: FleetResult) -> str:
+    """Where the operator's RSS peaked: the phase and its highest sample."""
+    if not r.peaks:
+        return "no samples"
+    phase = max(r.peaks, key=lambda name: r.peaks[name])
+    return f"highest in {phase}: {r.peaks[phase]:.0f}"
+
+
+def _slow_changes(r: FleetResult) -> str:
+    """How many changes were slower than the target, so one outlier reads differently from a slow fleet."""
+    slow = sum(1 for s in r.change_latencies if s >= TARGET_CHANGE_P99_S)
+    return f"{slow} of {len(r.change_latencies)} at or over {TARGET_CHANGE_P99_S:.0f} s"
+
+
 def _seconds(value: float | None) -> str:
     return f"{value:.1f}" if value is not None else "not reached"
 
@@ -92,9 +106,9 @@ def markdown(results: Sequence[FleetResult], *, plot: Path = PLOT) -> str:
         allowed = TARGET_REQUESTS_PER_SECOND_PER_1000 * r.nodes / 1000
         p99_ok = _p99(r) < TARGET_CHANGE_P99_S and not r.change_timeouts
         targets.append([
-            f"{r.nodes:,}", f"{r.peak_rss_mib:.0f} ({_verdict(r.peak_rss_mib <= TARGET_RSS_MIB)})",
+            f"{r.nodes:,}", f"{r.peak_rss_mib:.0f} ({_verdict(r.peak_rss_mib <= TARGET_RSS_MIB)}; {_peak_phase(r)})",
             f"{other_per_second(r.idle):.2f} <= {allowed:.2f} ({_verdict(other_per_second(r.idle) <= allowed)})",
-            f"{_p99(r):.2f} ({_verdict(p99_ok)})",
+            f"{_p99(r):.2f} ({_verdict(p99_ok)}; {_slow_changes(r)})",
         ])  # fmt: skip
         notes.append(f"### {r.nodes:,} nodes\n\nCPU % (100 % = one core) / peak RSS MiB per phase; heartbeat "
                      f"errors in the simulators: {r.heartbeat_errors}.\n\n{_usage_table(r)}")  # fmt: skip

@@ -16,6 +16,7 @@ import json
 import multiprocessing
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -548,14 +549,21 @@ def render_report(*, sections: Sequence[Section], ctx: BenchContext, seconds: fl
     return "\n".join(parts) + "\n"
 
 
+def _title_key(title: str) -> str:
+    """A section's title without its figures: one measured at other scales ("1,000 and 2,500 nodes" then
+    "1,000 and 2,500 and 5,000 nodes") replaces the earlier one instead of standing beside it."""
+    return re.sub(r"\d[\d,.]*(?: and \d[\d,.]*)*", "#", title)
+
+
 def _merge_previous(*, sections: list[Section], previous: str, ctx: BenchContext) -> list[Section]:
     """``--only`` into an existing report: the sections run now replace those of the same title, the others
     are kept (in their order, new ones last), so one benchmark can be re-run without dropping the rest."""
-    fresh = {section.title: section for section in sections}
+    fresh = {_title_key(section.title): section for section in sections}
     kept: list[Section] = []
     for chunk in previous.split("\n## ")[1:]:
         title, _, body = chunk.partition("\n")
-        kept.append(fresh.pop(title) if title in fresh else Section(title=title, body=body.strip("\n")))
+        key = _title_key(title)
+        kept.append(fresh.pop(key) if key in fresh else Section(title=title, body=body.strip("\n")))
     if any(section.title not in {s.title for s in sections} for section in kept):
         ctx.notes.append("sections not named by `--only` are kept from the previous report")
     return kept + list(fresh.values())
