@@ -107,13 +107,16 @@ def mount(name: str, path: str, *, read_only: bool = False, propagation: str | N
     return out
 
 
-def host_root_mounts(ctx: RenderContext, volumes: Volumes, *, writable: bool) -> list[JSON]:
-    """The host root at ``/host`` (host-to-container propagation), plus the validations directory writable."""
+def host_root_mounts(
+    ctx: RenderContext, volumes: Volumes, *, writable: bool, writes_validations: bool = False
+) -> list[JSON]:
+    """The host root at ``/host`` (host-to-container propagation). A read-only root gets the validations
+    directory mounted over it, writable only for the validators that write their status files there."""
     volumes.host("host-root", ctx.root_fs, kind="Directory")
     mounts = [mount("host-root", HOST_ROOT, read_only=not writable, propagation="HostToContainer")]
     if not writable:
         volumes.host("run-nvidia-validations", VALIDATIONS)
-        mounts.append(mount("run-nvidia-validations", f"{HOST_ROOT}{VALIDATIONS}"))
+        mounts.append(mount("run-nvidia-validations", f"{HOST_ROOT}{VALIDATIONS}", read_only=not writes_validations))
     return mounts
 
 
@@ -174,9 +177,11 @@ def validation_init(ctx: RenderContext, volumes: Volumes, *, component: str) -> 
         env("OUTPUT_DIR", VALIDATIONS),
         env("DRIVER_INSTALL_DIR", ctx.driver_install_dir),
     ]
-    # The driver check creates /dev/char symlinks on the host, hence a writable root and privilege.
+    # The driver check creates /dev/char symlinks on the host, hence a writable root and privilege; the
+    # CUDA check opens every GPU's device nodes. The others read files and the kubelet's socket, which
+    # root without capabilities may (docs/security.md).
     writable = component == "driver"
-    mounts = host_root_mounts(ctx, volumes, writable=writable)
+    mounts = host_root_mounts(ctx, volumes, writable=writable, writes_validations=True)
     if component == "plugin":
         socket_dir = f"{ctx.kubelet_dir}/pod-resources"
         base.append(env("POD_RESOURCES_SOCKET", f"{socket_dir}/kubelet.sock"))
@@ -189,7 +194,7 @@ def validation_init(ctx: RenderContext, volumes: Volumes, *, component: str) -> 
         command=["gpu-operator", "agent", "validator"],
         env_vars=merge_env(base, component_env.env if component_env is not None else None),
         mounts=mounts,
-        privileged=writable or component in ("cuda", "plugin"),
+        privileged=writable or component == "cuda",
     )
 
 
