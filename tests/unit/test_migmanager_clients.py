@@ -75,7 +75,7 @@ def test_the_default_clients_file_parses() -> None:
         ("version: v1\nsystemd-services: dcgm.service\n", "/gpu-clients/clients.yaml: systemd-services must be a list"),
         ("version: v1\nsystemd-services: [ok.service, 'a b']\n", "systemd-services[1] is not a systemd unit name"),
         ("version: v1\nservices: []\n", "/gpu-clients/clients.yaml: unknown field(s) services"),
-        ("version: v1\nsystemd-services: [\n", "/gpu-clients/clients.yaml: not valid YAML"),
+        ("version: v1\nsystemd-services: [\n", "/gpu-clients/clients.yaml:3:1: invalid YAML"),
     ],
 )
 def test_a_bad_clients_file_names_the_file_and_field(text: str, message: str) -> None:

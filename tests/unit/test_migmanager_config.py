@@ -66,7 +66,7 @@ def test_a_later_entry_wins_for_the_same_gpu() -> None:
             "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {big: 1}}]}",
             "not a MIG profile",
         ),
-        ("version: v1\nmig-configs: [", "not valid YAML"),
+        ("version: v1\nmig-configs: [", "invalid YAML"),
     ],
 )
 def test_errors_name_the_file_and_entry(text: str, fragment: str) -> None:

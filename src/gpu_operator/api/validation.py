@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpu_operator.api.base import PATTERN_MESSAGES
@@ -24,6 +23,7 @@ from gpu_operator.api.network.networks import HostDeviceNetwork, IPoIBNetwork, M
 from gpu_operator.api.network.nicclusterpolicy import NicClusterPolicy
 from gpu_operator.api.network.nicnodepolicy import NicNodePolicy
 from gpu_operator.api.nvidiadriver import NVIDIADriver
+from gpu_operator.api.yamltext import YamlError, load_all
 
 KINDS: dict[tuple[str, str], type[BaseModel]] = {
     ("nvidia.com/v1", "ClusterPolicy"): ClusterPolicy,
@@ -159,12 +159,9 @@ def load_file(path: Path) -> list[Any]:
         problem = f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); manifests must be UTF-8"
         raise DocumentError(f"{path}:{line}:{column}: {problem}") from exc
     try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise DocumentError(f"{path}{where}: invalid YAML: {problem}") from exc
+        return load_all(text, source=str(path))
+    except YamlError as exc:
+        raise DocumentError(str(exc)) from exc
 
 
 def validate_file(path: Path) -> list[Result]:

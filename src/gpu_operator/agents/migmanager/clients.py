@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
+from gpu_operator.api.yamltext import YamlError, load_one
 
 log = logging.getLogger(__name__)
 _UNIT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:-_.@\\")
@@ -40,9 +40,9 @@ class GpuClients:
 def parse_clients(text: str, *, source: str) -> GpuClients:
     """The GPU clients in ``text`` (GpuClientsError naming ``source`` and the field)."""
     try:
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise GpuClientsError(f"{source}: not valid YAML ({error})") from error
+        data: Any = load_one(text, source=source)
+    except YamlError as error:
+        raise GpuClientsError(str(error)) from error
     if not isinstance(data, dict):
         raise GpuClientsError(f"{source}: the top level must be a mapping with version and systemd-services")
     unknown = sorted(str(k) for k in set(data) - {"version", "systemd-services"})

@@ -19,8 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from gpu_operator.api.yamltext import YamlError, load_one
 from gpu_operator.gpu.mig import canonical_profile
 from gpu_operator.gpu.types import Device
 
@@ -116,9 +115,9 @@ def parse(data: Any, *, source: str = "config") -> MigConfigs:
 
 def load(text: str, *, source: str) -> MigConfigs:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise MigConfigError(f"{source}: not valid YAML ({error})") from error
+        data = load_one(text, source=source)
+    except YamlError as error:
+        raise MigConfigError(str(error)) from error
     return parse(data, source=source)
 
 

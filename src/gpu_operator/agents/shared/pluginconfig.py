@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+from gpu_operator.api.yamltext import YamlError, load_one
 
 MigStrategy = Literal["none", "single", "mixed"]
 ListStrategy = Literal["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"]
@@ -131,9 +132,9 @@ class ConfigFile(_Model):
 def parse_config(*, text: str, source: str) -> ConfigFile:
     """Parse config text (YAML or JSON); ``source`` names it in errors."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: invalid YAML: {exc}") from exc
+        data = load_one(text, source=source)
+    except YamlError as exc:
+        raise ConfigError(str(exc)) from exc
     if data is None:
         data = {}
     if not isinstance(data, dict):

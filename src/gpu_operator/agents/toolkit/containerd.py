@@ -35,6 +35,7 @@ from gpu_operator.agents.toolkit.tomledit import (
     get_table,
     parse,
     remove_key,
+    remove_table,
     set_value,
     table_path,
 )
@@ -179,7 +180,7 @@ def unconfigure_in_place(
     runtimes = table_path(doc, [*_cri_keys(version), "containerd", "runtimes"], path=path, create=False)
     if runtimes is not None:
         for name in names:
-            remove_key(runtimes, key=name)
+            remove_table(runtimes, key=name)
     containerd = table_path(doc, [*_cri_keys(version), "containerd"], path=path, create=False)
     cri = table_path(doc, _cri_keys(version), path=path, create=False)
     for table, key in ((containerd, "default_runtime_name"), (cri, "enable_cdi")):

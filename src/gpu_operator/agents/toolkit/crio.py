@@ -25,6 +25,7 @@ from gpu_operator.agents.toolkit.tomledit import (
     get_table,
     parse,
     remove_key,
+    remove_table,
     set_value,
     table_path,
 )
@@ -101,7 +102,7 @@ def unconfigure_in_place(
     table = table_path(doc, _RUNTIMES, path=path, create=False)
     if table is not None:
         for name in names:
-            remove_key(table, key=name)
+            remove_table(table, key=name)
     crio_runtime = table_path(doc, ["crio", "runtime"], path=path, create=False)
     if crio_runtime is not None and "default_runtime" in previous:
         if previous["default_runtime"] == ABSENT:

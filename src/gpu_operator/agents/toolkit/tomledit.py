@@ -172,3 +172,39 @@ def remove_key(container: Table | TOMLDocument, *, key: str) -> bool:
         del container[key]
         return True
     return False
+
+
+def _drop_trailing_blank(table: Table) -> None:
+    """Remove one trailing empty line from ``table`` (from its last nested table, where it ends with one)."""
+    body = table.value.body
+    if not body:
+        return
+    key, last = body[-1]
+    if isinstance(last, Table):
+        _drop_trailing_blank(last)
+    elif key is None and isinstance(last, Whitespace) and last.s.endswith("\n"):
+        if last.s == "\n":
+            body.pop()
+        else:
+            last._s = last.s[:-1]  # tomlkit has no setter; the text is all a Whitespace holds
+
+
+def remove_table(parent: Table | TOMLDocument, *, key: str) -> bool:
+    """Remove a table :func:`add_table` added, with the blank line it put before the table.
+
+    Read back from the file, that blank line belongs to the table before ours (a parser gives the empty
+    lines before a header to what precedes it), so removing our table alone would leave it behind. It was
+    ours exactly when our table does not end with a blank line itself: :func:`add_table` separates with a
+    leading blank only where the table before had none, and then adds no trailing one.
+    """
+    if key not in parent:
+        return False
+    names = list(parent.keys())
+    index = names.index(key)
+    item = parent[key]
+    del parent[key]
+    if isinstance(item, Table) and not ends_with_blank(item) and index > 0:
+        before = parent.get(names[index - 1])
+        if isinstance(before, Table) and ends_with_blank(before):
+            _drop_trailing_blank(before)
+    return True
