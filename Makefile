@@ -83,6 +83,10 @@ golden: $(STAMP) prometheus ## Regenerate the golden files (review the diff befo
 bench: $(STAMP) kube-bin ## Run the benchmarks and write BENCHMARKS.md
 	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" $(BIN)/python bench/run.py --output BENCHMARKS.md
 
+.PHONY: reliability
+reliability: $(STAMP) ## Run the property tests with 1,000 cases each and write RELIABILITY.md
+	$(BIN)/python hack/reliability.py --examples $${EXAMPLES:-1000}
+
 .PHONY: demo
 demo: $(STAMP) kube-bin ## The main job: the operator on an embedded local cluster
 	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" $(BIN)/gpu-operator demo $(DEMO_ARGS)
