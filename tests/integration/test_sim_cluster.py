@@ -194,9 +194,11 @@ def test_unknown_command_fails_with_a_clear_reason(
 
     def waiting() -> JSON | None:
         statuses = _get(client, Pod, "web", namespace).get("status", {}).get("containerStatuses")
-        return statuses[0]["state"].get("waiting") if statuses else None
+        state = statuses[0]["state"].get("waiting") if statuses else None
+        # As a real kubelet's, the first status written may still say ContainerCreating: wait past it.
+        return state if state and state.get("reason") != "ContainerCreating" else None
 
-    state = wait_for(waiting, timeout=30, describe="the nginx container waiting")
+    state = wait_for(waiting, timeout=30, describe="the nginx container waiting with its reason")
     assert state["reason"] == "UnknownProgram"
     assert "nginx -g daemon off;" in state["message"]
     assert _get(client, Pod, "web", namespace)["status"]["phase"] == "Pending"
