@@ -4,27 +4,15 @@ table equals the generated one is tested with every generated file, in test_rend
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from gpu_operator.render.privilege_reasons import REASONS
 from gpu_operator.render.privileges import Need, unexplained, unused
 from tests.conftest import REPO
+from tests.golden.test_render_chart import GENERATOR  # hack/generate.py, loaded once for the golden tests
 
-
-def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hack_generate_security", REPO / "hack" / "generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GENERATOR = _generator()
 NEEDS: list[Need] = GENERATOR.security_needs()
 
 #: The only containers that run privileged; adding one must be a decision, with its reason.
