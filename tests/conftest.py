@@ -17,11 +17,12 @@ TESTS = REPO / "tests"
 SAMPLES = REPO / "deploy" / "samples"
 INVALID = TESTS / "data" / "invalid"
 
-TIERS = ("unit", "golden", "contract", "integration", "e2e", "gpu")
+TIERS = ("unit", "golden", "contract", "integration", "e2e", "gpu", "chaos")
 #: The order tiers run in: the fast ones first, so a broken unit test fails a run in a minute, and the
 #: session's control plane last, so its teardown (seconds: it stops etcd and the API server) falls on an
-#: integration test's timeout and never on a unit test's 2 seconds.
-RUN_ORDER = ("unit", "golden", "contract", "gpu", "e2e", "integration")
+#: integration test's timeout and never on a unit test's 2 seconds. The chaos tier, which stops and
+#: starts parts of a control plane of its own, comes last.
+RUN_ORDER = ("unit", "golden", "contract", "gpu", "e2e", "integration", "chaos")
 UNIT_TIMEOUT_S = 2
 
 

@@ -7,7 +7,7 @@ import asyncio
 import datetime as dt
 from typing import Any
 
-from gpu_operator.runtime.leader import LEASE_NAME, LEASE_SECONDS, LeaderElection
+from gpu_operator.runtime.leader import LEASE_NAME, LEASE_SECONDS, RENEW_DEADLINE, LeaderElection
 
 JSON = dict[str, Any]
 NAMESPACE = "gpu-operator"
@@ -141,3 +141,36 @@ def test_the_lease_is_owned_by_the_operator_pod_so_it_goes_with_it() -> None:
         {"apiVersion": "v1", "kind": "Pod", "name": "gpu-operator-abc", "uid": "uid-1"}
     ]
     assert "ownerReferences" not in _election(FakeLeases())._body(dt.datetime.now(dt.UTC))["metadata"]
+
+
+def test_a_leader_paused_past_its_renew_deadline_is_not_fresh_until_it_renews() -> None:
+    """SIGSTOP, a frozen VM: the process wakes with ``leading`` still set; ``fresh`` says not to act."""
+    clock = [1000.0]
+    leases = FakeLeases()
+    election = LeaderElection(store=leases, namespace=NAMESPACE, identity="me", monotonic=lambda: clock[0])
+    assert asyncio.run(election.try_acquire())
+    assert election.fresh()
+    clock[0] += RENEW_DEADLINE - 0.5
+    assert election.fresh()  # a late renewal, still inside the deadline
+    clock[0] += 1.0
+    assert election.held  # nothing has run since the pause...
+    assert not election.fresh()  # ...but its work must not: a standby may take the Lease at any moment
+    leases.lease = _held_by("standby", seconds_ago=1)  # and one did
+    assert not asyncio.run(election.try_acquire())
+    assert not election.held
+    assert not election.fresh()
+
+
+def test_fresh_counts_from_when_the_renewal_began_not_when_it_returned() -> None:
+    clock = [0.0]
+
+    class SlowLeases(FakeLeases):
+        async def apply(self, obj: JSON) -> JSON:
+            clock[0] += 4.0  # the write took 4 s: the Lease's renewTime is from before it
+            return await super().apply(obj)
+
+    election = LeaderElection(store=SlowLeases(), namespace=NAMESPACE, identity="me", monotonic=lambda: clock[0])
+    assert asyncio.run(election.try_acquire())
+    assert election.renewed_at == 0.0
+    clock[0] = RENEW_DEADLINE + 0.1
+    assert not election.fresh()

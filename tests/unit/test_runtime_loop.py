@@ -52,6 +52,37 @@ def test_a_closed_gate_is_waited_on_not_polled_while_changes_keep_waking(monkeyp
     asyncio.run(scenario())
 
 
+def test_an_open_gate_whose_holder_is_not_fresh_runs_no_pass_until_it_is() -> None:
+    """A leader woken from a pause: the gate is still open, but no pass runs before the Lease is renewed."""
+    calls = {"work": 0}
+    fresh = [False]
+
+    async def scenario() -> None:
+        async def work() -> Result:
+            calls["work"] += 1
+            return Result(after=60)
+
+        gate, stop = asyncio.Event(), asyncio.Event()
+        gate.set()
+        loop = Loop(name="t", work=work, gate=gate, fresh=lambda: fresh[0])
+        loop.wake.set()
+        task = asyncio.create_task(loop.run(stop=stop))
+        for _ in range(200):
+            await asyncio.sleep(0)
+        assert calls["work"] == 0
+        fresh[0] = True  # the lease loop renewed
+        await asyncio.wait_for(_until(lambda: calls["work"] == 1), timeout=1)
+        stop.set()
+        await task
+
+    asyncio.run(scenario())
+
+
+async def _until(check: Any) -> None:
+    while not check():
+        await asyncio.sleep(0.01)
+
+
 def test_a_failed_pass_is_counted_and_the_next_one_runs() -> None:
     async def scenario() -> Loop:
         results: list[Exception | Result] = [RuntimeError("boom"), Result(after=60)]

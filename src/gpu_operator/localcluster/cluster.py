@@ -314,19 +314,26 @@ class LocalCluster:
     def restart_apiserver(self, *, timeout: float = 60.0) -> None:
         """Stop kube-apiserver and start it again on the same port and data (an API outage, for tests
         that prove clients recover from one)."""
+        self.stop_component(comp.APISERVER)
+        self.start_component(comp.APISERVER, timeout=timeout)
+
+    def stop_component(self, name: str) -> None:
+        """Stop one control-plane process (``etcd``, ``kube-apiserver``...): the start of an outage."""
+        self._processes[name].stop()
+
+    def start_component(self, name: str, *, timeout: float = 60.0) -> None:
+        """Start a stopped control-plane process again on its port and data; return once it is healthy."""
         specs = comp.component_specs(
             binaries=self.binaries, layout=self.layout, ports=self.ports, extra_args=self.extra_args
         )
-        self._processes[comp.APISERVER].stop()
-        apiserver = self._launch(specs[comp.APISERVER])
+        process = self._launch(specs[name])
+        url = comp.health_url(component=name, ports=self.ports)
         with admin_http_client(layout=self.layout, server=self.server) as http:
-            readyz = comp.health_url(component=comp.APISERVER, ports=self.ports)
+            healthy = (
+                (lambda: etcd_healthy(url=url)) if name == comp.ETCD else (lambda: endpoint_ok(client=http, url=url))
+            )
             poll_until(
-                lambda: endpoint_ok(client=http, url=readyz),
-                timeout=timeout,
-                describe="kube-apiserver /readyz after a restart",
-                watch=[apiserver],
-                blame=apiserver,
+                healthy, timeout=timeout, describe=f"{name} healthy after a restart", watch=[process], blame=process
             )
 
     def stop(self) -> None:

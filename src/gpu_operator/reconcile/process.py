@@ -37,7 +37,7 @@ async def run_operator(
         await wait_synced(informers, stop=stop, timeout=sync_timeout)
         if election is not None:
             for loop in loops:
-                loop.gate = election.leading
+                loop.gate, loop.fresh = election.leading, election.fresh
             supervisor.run_loop(Loop(name=LEASE, work=election.step, backoff=backoff))
         for loop in loops:
             supervisor.run_loop(loop)

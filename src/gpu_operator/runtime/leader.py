@@ -28,6 +28,9 @@ LEASE_API = "coordination.k8s.io/v1"
 LEASE_SECONDS = 15
 RENEW_SECONDS = 5.0
 RETRY_SECONDS = 2.0
+#: How long after its last renewal began a leader still acts: the Lease's duration less a standby's retry,
+#: so a process that was paused (SIGSTOP, a frozen VM) stops working before anyone else may start.
+RENEW_DEADLINE = LEASE_SECONDS - RETRY_SECONDS
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
@@ -68,13 +71,21 @@ class LeaderElection:
     on_elected: Callable[[], None] | None = None  # a new leader reconciles at once
     wall: Callable[[], dt.datetime] = _utcnow
     monotonic: Callable[[], float] = time.monotonic
-    renewed_at: float = 0.0  # monotonic time of the last successful write
+    renewed_at: float = 0.0  # monotonic time at which the last successful write began
     acquired: str = ""  # acquireTime, sent with every renewal (an apply that omits a field removes it)
     lease_name: str = LEASE_NAME  # the network operator holds its own (upstream's ID)
 
     @property
     def held(self) -> bool:
         return self.leading.is_set()
+
+    def fresh(self) -> bool:
+        """Held, and renewed recently enough that no other replica can hold the Lease yet.
+
+        ``leading`` alone is not enough: a process paused past the Lease's duration wakes with it still
+        set, and its work loops may run before the ``lease`` loop has looked. They check this first.
+        """
+        return self.held and self.monotonic() - self.renewed_at < RENEW_DEADLINE
 
     async def step(self) -> Result:
         """Acquire or renew once; come back in RENEW_SECONDS while leading, RETRY_SECONDS while standing by."""
@@ -102,8 +113,9 @@ class LeaderElection:
         if self.held and self.monotonic() - self.renewed_at < LEASE_SECONDS - RENEW_SECONDS:
             # Renewed well within the lease's duration: nobody can have taken it since, so renewing is
             # one write, no read (an idle operator's Lease costs 12 requests a minute, not 24).
+            started = self.monotonic()
             await self.store.apply(self._body(now))
-            self.renewed_at = self.monotonic()
+            self.renewed_at = started
             return True
         lease = await self.store.get(LEASE_API, "Lease", self.lease_name, namespace=self.namespace)
         spec = (lease or {}).get("spec") or {}
@@ -115,8 +127,9 @@ class LeaderElection:
                 return False
         if holder != self.identity or not self.acquired:  # a new holding (or ours, from before a restart)
             self.acquired = (str(spec.get("acquireTime") or "") if holder == self.identity else "") or _micro(now)
+        started = self.monotonic()
         await self.store.apply(self._body(now))
-        self.renewed_at = self.monotonic()
+        self.renewed_at = started
         self.leading.set()
         return True
 

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 
 from gpu_operator.runtime.backoff import Backoff, error_kind
 
+#: Seconds between looks at a gate that is open but not confirmed (see ``Loop.fresh``).
+STALE_POLL = 0.1
+
 log = logging.getLogger(__name__)
 
 
@@ -77,6 +80,8 @@ class Loop:
     #: Passes run only while this is set (leadership); a closed gate is checked every ``gate_poll`` s.
     gate: asyncio.Event | None = None
     gate_poll: float = 5.0
+    #: With a gate: whether the gate's holder is still sure of it (a leader's Lease renewed in time).
+    fresh: Callable[[], bool] | None = None
     idle: float = 60.0  # seconds between passes when nothing happens: a safety net, events do the work
     coalesce: float = 0.0
     pace: float = 0.0  # the least time between the starts of two passes woken by events
@@ -90,6 +95,11 @@ class Loop:
                 # waits (its caches stay warm), and waking on them would spin. The wake stays set, so
                 # the first pass after the gate opens runs at once.
                 await pause(stop, wake=self.gate, seconds=self.gate_poll)
+                continue
+            if self.fresh is not None and not self.fresh():
+                # Open but unconfirmed (the process was paused, or renewals hang): no pass until the
+                # holder renews or closes the gate, which its own loop does within a request.
+                await pause(stop, wake=None, seconds=STALE_POLL)
                 continue
             self.wake.clear()
             begun, failures = time.monotonic(), self.stats.failures

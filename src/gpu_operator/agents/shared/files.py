@@ -20,6 +20,12 @@ class ConfigFileError(Exception):
     """A configuration file cannot be used; the message names the file and says why (it is left untouched)."""
 
 
+class HostWriteError(ConfigFileError, OSError):
+    """A host file could not be written (a full disk, a read-only mount); the file named is left as it was.
+
+    Still an ``OSError``, so callers that handle the system's error keep doing so."""
+
+
 def read_text(path: Path) -> str | None:
     """The file's text, or None when it does not exist; ConfigFileError when it cannot be read as UTF-8."""
     try:
@@ -39,8 +45,21 @@ def backup_path(path: Path) -> Path:
 def write_atomic(path: Path, content: str, *, mode: int = 0o644, backup: bool = True) -> bool:
     """Replace ``path`` with ``content``; returns False (and writes nothing) when it already holds it.
 
-    ``backup`` is for files that are not ours (a runtime's config); our own files need none.
+    ``backup`` is for files that are not ours (a runtime's config); our own files need none. A write
+    that fails (no space left, a read-only mount) raises :class:`HostWriteError` naming the file, and
+    leaves the file and its directory as they were: no half-written file, no temporary one.
     """
+    try:
+        return _replace(path, content, mode=mode, backup=backup)
+    except HostWriteError:
+        raise
+    except OSError as error:
+        raise HostWriteError(
+            error.errno, f"{path}: cannot be written: {error.strerror or error}; left as it was"
+        ) from error
+
+
+def _replace(path: Path, content: str, *, mode: int, backup: bool) -> bool:
     old: bytes | None
     try:
         old = path.read_bytes()

@@ -134,8 +134,8 @@ async def _setup(toolkit: Toolkit) -> bool:
 async def _refresh(toolkit: Toolkit) -> None:
     try:
         await asyncio.to_thread(toolkit.refresh_cdi)
-    except GpuError as error:
-        # No driver yet, or a GPU lost: the previous spec stays until the devices answer again.
+    except (GpuError, ConfigFileError) as error:
+        # No driver yet, a GPU lost, a full disk: the previous spec stays until the next refresh works.
         log.warning("%s: CDI spec not refreshed: %s", toolkit.name, error)
 
 

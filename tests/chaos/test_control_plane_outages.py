@@ -1,0 +1,206 @@
+"""The control plane goes away under the operator: kube-apiserver down for ``CHAOS_OUTAGE_SECONDS``
+(120 s under ``make chaos``) in the middle of a reconcile and in the middle of a rolling driver
+upgrade, and etcd restarted. What must hold: the operator process never exits or restarts, no operand
+pod is replaced that the change did not ask for, no node is left cordoned, no upgrade state is lost
+(no node steps back, each driver pod is replaced once), and the operator is in charge again (its Lease
+renewed) within seconds of the API answering: the allowance is upstream's failure limiter cap, 3 s,
+plus one Lease retry (2 s).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from lightkube import Client, codecs
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from gpu_operator.kube.api import ClusterPolicyResource
+from gpu_operator.localcluster import components as comp
+from gpu_operator.localcluster.cluster import LocalCluster
+from gpu_operator.localcluster.waiting import wait_for
+from gpu_operator.upgrade import model as m
+from tests.chaos.conftest import OperatorFactory
+from tests.chaos.harness import (
+    NEW,
+    OLD,
+    OUTAGE_SECONDS,
+    TRANSIENT,
+    OperatorProcess,
+    UpgradeWatch,
+    held_by,
+    lease,
+    policy,
+    record,
+    steps_back,
+    utcnow,
+    wait_states,
+)
+
+#: Back in charge after the API answers again: upstream's failure limiter cap (3 s) plus a Lease retry (2 s).
+BACK_IN_CHARGE_ALLOWANCE = 5.0
+DEVICE_PLUGIN = "nvidia-device-plugin-daemonset"
+
+
+def _ready(client: Client) -> bool:
+    """The policy is ready; otherwise an error carrying its status, which a timed-out wait shows."""
+    obj: Any = client.get(ClusterPolicyResource, "cluster-policy").to_dict()  # type: ignore[no-untyped-call]
+    status = obj.get("status") or {}
+    if status.get("state") != "ready":
+        raise AssertionError(f"not ready: {status}")
+    return True
+
+
+def _pods(client: Client, namespace: str) -> dict[str, str]:
+    """Operand pod uid -> its DaemonSet-independent identity (component label and node)."""
+    found = {}
+    for pod in client.list(Pod, namespace=namespace):
+        meta, spec = pod.metadata, pod.spec
+        if meta and spec and not meta.deletionTimestamp:
+            found[str(meta.uid)] = f"{(meta.labels or {}).get('app', meta.name)}@{spec.nodeName}"
+    return found
+
+
+def _plugin_env(client: Client, namespace: str) -> dict[str, str]:
+    ds = client.get(DaemonSet, DEVICE_PLUGIN, namespace=namespace).to_dict()
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
+
+
+def _cordoned(client: Client, nodes: list[str]) -> list[str]:
+    specs = {n: client.get(Node, n).spec for n in nodes}
+    return [n for n, spec in specs.items() if spec is not None and spec.unschedulable]
+
+
+def _up(client: Client, nodes: list[str], operators: OperatorFactory, *, version: str = OLD) -> OperatorProcess:
+    operator = operators()
+    client.create(codecs.from_dict(policy(version=version)))
+    wait_states(client, nodes, want=m.DONE, timeout=300, describe="every node upgrade-done on the first version")
+    wait_for(lambda: _ready(client), timeout=180, describe="ClusterPolicy ready", retry_on=TRANSIENT)
+    return operator
+
+
+def _outage(cluster: LocalCluster, component: str, *, seconds: float) -> tuple[float, dt.datetime]:
+    """Stop ``component`` for ``seconds``, start it again; return when it was healthy (monotonic, UTC)."""
+    cluster.stop_component(component)
+    time.sleep(seconds)
+    cluster.start_component(component, timeout=120)
+    return time.monotonic(), utcnow()
+
+
+def _back_in_charge(client: Client, namespace: str, operator: OperatorProcess, *, up: dt.datetime) -> float:
+    """Seconds from ``up`` to the operator's first Lease renewal after it: it leads, its loops run again."""
+    wait_for(lambda: held_by(client, namespace, operator, after=up), timeout=120,
+             describe="the operator renewed its Lease", interval=0.1, retry_on=TRANSIENT)  # fmt: skip
+    renewed = lease(client, namespace)[1]
+    assert renewed is not None
+    return (renewed - up).total_seconds()
+
+
+def _timed(check: Callable[[], Any], *, since: float, timeout: float, describe: str) -> float:
+    wait_for(check, timeout=timeout, describe=describe, interval=0.1, retry_on=TRANSIENT)
+    return time.monotonic() - since
+
+
+@pytest.mark.timeout(900)
+def test_api_server_down_during_a_reconcile(
+    chaos_cluster: LocalCluster, client: Client, namespace: str, nodes: Callable[[int], list[str]],
+    operators: OperatorFactory,
+) -> None:  # fmt: skip
+    names = nodes(3)
+    operator = _up(client, names, operators)
+    before = _pods(client, namespace)
+
+    # A change that only the device plugin's pods must follow, then the API server goes away at once.
+    client.patch(ClusterPolicyResource, "cluster-policy",
+                 {"spec": {"devicePlugin": {"env": [{"name": "CHAOS_MARK", "value": "1"}]}}},
+                 patch_type=PatchType.MERGE)  # fmt: skip
+    up, up_at = _outage(chaos_cluster, comp.APISERVER, seconds=OUTAGE_SECONDS)
+    in_charge = _back_in_charge(client, namespace, operator, up=up_at)
+    applied = _timed(lambda: _plugin_env(client, namespace).get("CHAOS_MARK") == "1", since=up, timeout=120,
+                     describe="the change reached the device plugin's DaemonSet")  # fmt: skip
+    converged = _timed(lambda: _ready(client) and len(_pods(client, namespace)) == len(before), since=up,
+                       timeout=300, describe="ClusterPolicy ready again")  # fmt: skip
+
+    after = _pods(client, namespace)
+    replaced = {before[uid] for uid in set(before) - set(after)}
+    assert replaced, "the device plugin's pods were not replaced"
+    assert all(who.startswith("nvidia-device-plugin") for who in replaced), replaced
+    assert operator.alive()
+    assert operator.starts == 1
+    assert operator.healthy()
+    assert _cordoned(client, names) == []
+    record("API server down during a reconcile", back_in_charge_s=round(in_charge, 2),
+           change_applied_s=round(applied, 2), converged_s=round(converged, 2),
+           allowance_s=BACK_IN_CHARGE_ALLOWANCE, pods_replaced=len(replaced), operator_restarts=0)  # fmt: skip
+    assert applied <= BACK_IN_CHARGE_ALLOWANCE + 1.0, f"the change was applied {applied:.1f} s after the outage"
+
+
+@pytest.mark.timeout(900)
+def test_api_server_down_during_a_driver_upgrade(
+    chaos_cluster: LocalCluster, client: Client, namespace: str, nodes: Callable[[int], list[str]],
+    operators: OperatorFactory,
+) -> None:  # fmt: skip
+    names = nodes(4)
+    operator = _up(client, names, operators)
+    with UpgradeWatch(client=client, nodes=names, namespace=namespace) as watch:
+        client.patch(ClusterPolicyResource, "cluster-policy", {"spec": {"driver": {"version": NEW}}},
+                     patch_type=PatchType.MERGE)  # fmt: skip
+        wait_for(lambda: any(s in m.CORDONED_STATES for s in watch.seen_states), timeout=120,
+                 describe="a node cordoned for its upgrade", interval=0.1)  # fmt: skip
+        caught = [s for s in watch.seen_states if s not in m.IDLE_STATES]
+        up, up_at = _outage(chaos_cluster, comp.APISERVER, seconds=OUTAGE_SECONDS)
+        in_charge = _back_in_charge(client, namespace, operator, up=up_at)
+        wait_states(client, names, want=m.DONE, timeout=600, describe="every node upgrade-done")
+        done = time.monotonic() - up
+        watch.catch_up()
+    assert watch.max_in_progress <= 2
+    for node in names:
+        assert len(watch.driver_uids[node]) == 2, (node, watch.driver_uids[node])  # replaced exactly once
+        assert watch.cordon_flips[node] == [False, True, False], (node, watch.cordon_flips[node])
+        assert steps_back(watch.history[node]) == [], (node, watch.history[node])
+    assert operator.alive()
+    assert operator.starts == 1
+    assert operator.healthy()
+    record("API server down during a driver upgrade", back_in_charge_s=round(in_charge, 2),
+           rollout_finished_after_s=round(done, 2), states_when_cut=caught,
+           allowance_s=BACK_IN_CHARGE_ALLOWANCE, nodes=len(names), operator_restarts=0)  # fmt: skip
+    assert in_charge <= BACK_IN_CHARGE_ALLOWANCE + 1.0, f"back in charge after {in_charge:.1f} s"
+
+
+@pytest.mark.timeout(600)
+def test_etcd_restarted(
+    chaos_cluster: LocalCluster, client: Client, namespace: str, nodes: Callable[[int], list[str]],
+    operators: OperatorFactory,
+) -> None:  # fmt: skip
+    names = nodes(2)
+    operator = _up(client, names, operators)
+    before = _pods(client, namespace)
+    up, up_at = _outage(chaos_cluster, comp.ETCD, seconds=min(OUTAGE_SECONDS, 10.0))
+    # The API server reconnects to etcd on its own schedule: the operator's share starts when it writes again.
+    api_back = _timed(lambda: client.patch(Node, names[0], {"metadata": {"annotations": {"chaos/probe": "1"}}}),
+                      since=up, timeout=120, describe="the API server writing again")  # fmt: skip
+    in_charge = _back_in_charge(client, namespace, operator, up=up_at) - api_back
+    changed = time.monotonic()
+    client.patch(ClusterPolicyResource, "cluster-policy",
+                 {"spec": {"devicePlugin": {"env": [{"name": "CHAOS_MARK", "value": "2"}]}}},
+                 patch_type=PatchType.MERGE)  # fmt: skip
+    applied = _timed(lambda: _plugin_env(client, namespace).get("CHAOS_MARK") == "2", since=changed, timeout=120,
+                     describe="a change after the restart reached the DaemonSet")  # fmt: skip
+    _timed(lambda: _ready(client) and len(_pods(client, namespace)) == len(before), since=up, timeout=300,
+           describe="ClusterPolicy ready again")  # fmt: skip
+    replaced = {before[uid] for uid in set(before) - set(_pods(client, namespace))}
+    assert all(who.startswith("nvidia-device-plugin") for who in replaced), replaced
+    assert operator.alive()
+    assert operator.starts == 1
+    assert operator.healthy()
+    record("etcd restarted", api_writable_s=round(api_back, 2), back_in_charge_after_api_s=round(in_charge, 2),
+           next_change_applied_s=round(applied, 2), allowance_s=BACK_IN_CHARGE_ALLOWANCE,
+           operator_restarts=0)  # fmt: skip
+    assert in_charge <= BACK_IN_CHARGE_ALLOWANCE + 1.0
+    assert applied <= 5.0
