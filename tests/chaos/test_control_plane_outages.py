@@ -115,6 +115,7 @@ def test_api_server_down_during_a_reconcile(
     names = nodes(3)
     operator = _up(client, names, operators)
     before = _pods(client, namespace)
+    lists = operator.metric("gpu_operator_cache_lists_total")
 
     # A change that only the device plugin's pods must follow, then the API server goes away at once.
     client.patch(ClusterPolicyResource, "cluster-policy",
@@ -137,7 +138,8 @@ def test_api_server_down_during_a_reconcile(
     assert _cordoned(client, names) == []
     record("API server down during a reconcile", back_in_charge_s=round(in_charge, 2),
            change_applied_s=round(applied, 2), converged_s=round(converged, 2),
-           allowance_s=BACK_IN_CHARGE_ALLOWANCE, pods_replaced=len(replaced), operator_restarts=0)  # fmt: skip
+           allowance_s=BACK_IN_CHARGE_ALLOWANCE, pods_replaced=len(replaced), operator_restarts=0,
+           caches_relisted=int(operator.metric("gpu_operator_cache_lists_total") - lists))  # fmt: skip
     assert applied <= BACK_IN_CHARGE_ALLOWANCE + 1.0, f"the change was applied {applied:.1f} s after the outage"
 
 

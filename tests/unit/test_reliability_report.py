@@ -10,6 +10,7 @@ from tests.conftest import REPO
 
 
 def _module() -> ModuleType:
+    sys.path.insert(0, str(REPO / "hack"))  # as when run as a script: its sibling module
     spec = importlib.util.spec_from_file_location("hack_reliability", REPO / "hack" / "reliability.py")
     assert spec is not None
     assert spec.loader is not None
@@ -48,10 +49,31 @@ def test_counts_are_summed_over_phases_per_test() -> None:
     ]
 
 
+FAULTS = {
+    "API server down during a reconcile": {"change_applied_s": 2.5, "allowance_s": 5.0, "outage_seconds": 120},
+    "node lost mid-upgrade": {"status_forgot_deleted_node_s": 31.0, "allowance_s": 30.0},
+    "node label or annotation corrupted by hand": {"repaired_s": {"a": 0.2, "b": 0.6}, "allowance_s": 30.0},
+}
+
+
 def test_the_report_says_the_totals_and_every_fault_class() -> None:
     tried = RELIABILITY.parse_statistics(STATISTICS)
-    text = RELIABILITY.markdown(tried=tried, examples=1000, command="cmd", now="now")
+    text = RELIABILITY.markdown(tried=tried, examples=1000, command="cmd", now="now", faults=FAULTS, outage=120)
     assert "| `test_a` | `test_properties_inputs.py` | 1,000 | 0 |" in text
     assert "1,017 cases in all, 5 failed." in text
-    for fault, _, _ in RELIABILITY.FAULTS:
-        assert fault in text
+    for fault in RELIABILITY.reliability_faults.FAULTS:
+        assert f"| {fault.name} |" in text
+
+
+def test_each_fault_is_judged_on_its_own_recorded_figure() -> None:
+    faults = {f.name: f for f in RELIABILITY.reliability_faults.FAULTS}
+    verdict = RELIABILITY.reliability_faults.verdict
+    assert verdict(faults["API server down during a reconcile"], FAULTS["API server down during a reconcile"]) == (
+        "met: 2.5 s (allowance 5 s)"
+    )
+    assert verdict(faults["node lost mid-upgrade"], FAULTS["node lost mid-upgrade"]).startswith("MISSED: 31 s")
+    # A figure per case: the worst one is judged.
+    corrupted = "node label or annotation corrupted by hand"
+    assert verdict(faults[corrupted], FAULTS[corrupted]) == "met: 0.6 s (allowance 30 s)"
+    assert verdict(faults["etcd restarted"], None) == "not measured in this run"
+    assert verdict(faults["kubelet and containerd restarted on a real node mid-upgrade"], None) == "not injected"
