@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_operator.render.network.privilege_reasons import NETWORK_REASONS
 from gpu_operator.render.privilege_reasons import REASONS
 from gpu_operator.render.privileges import Need, unexplained, unused
 from tests.conftest import REPO
@@ -78,3 +79,24 @@ def test_page_without_its_markers_is_refused(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(GENERATOR, "SECURITY", broken)
     with pytest.raises(SystemExit, match="markers"):
         GENERATOR.security_page()
+
+
+NETWORK_NEEDS: list[Need] = GENERATOR.network_security_needs()
+
+
+def test_every_network_operand_is_covered() -> None:
+    workloads = {n.workload for n in NETWORK_NEEDS}
+    assert {"mofed-<os>-ds", "rdma-shared-dp-ds", "network-operator-sriov-device-plugin", "kube-multus-ds"} <= workloads
+    assert not any(w.startswith("mofed-") and w != "mofed-<os>-ds" for w in workloads)
+
+
+def test_every_network_privilege_has_a_reason_and_none_is_left_over() -> None:
+    missing = unexplained(NETWORK_NEEDS, NETWORK_REASONS)
+    assert not missing, "add a reason to render/network/privilege_reasons.py for: " + "; ".join(map(str, missing))
+    assert unused(NETWORK_NEEDS, NETWORK_REASONS) == []
+
+
+@pytest.mark.parametrize("need", [n for n in NETWORK_NEEDS if n.container], ids=str)
+def test_no_network_container_may_escalate_or_add_capabilities(need: Need) -> None:
+    assert need.what != "privilege escalation allowed"
+    assert not need.what.startswith("capability ")

@@ -107,6 +107,8 @@ def render_ib_kubernetes(spec: NicClusterPolicySpec, *, place: Placement) -> Net
         net.IB_KUBERNETES_CONTAINER, image=image, command=["/ib-kubernetes"], env=env,
         default_resources={"requests": {"cpu": "100m", "memory": "300Mi"}},
     )  # fmt: skip
+    # A controller that only talks HTTPS to the fabric manager and to the API server: nothing to escalate to.
+    main["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     made = deployment(
         IB_KUBERNETES, state=state, place=place, app={"name": IB_KUBERNETES}, containers=[main], image=image,
         service_account=IB_KUBERNETES, host_network=True, strategy="Recreate",
