@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 
 from gpu_operator.kube.api import Kube, applied_hash, with_applied_hash
@@ -285,3 +286,40 @@ def test_caches_not_filled_in_time_are_reported_not_raised() -> None:
         return await wait_synced([never], stop=asyncio.Event(), timeout=0)
 
     assert asyncio.run(scenario()) is False
+
+
+def test_an_unreachable_server_is_tried_every_second_and_does_not_grow_the_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An outage must not leave the caches 30 s behind the API server's return (issue 22)."""
+    stop = asyncio.Event()
+    failures: list[Exception] = [
+        *(httpx.ConnectError("refused", request=httpx.Request("GET", "https://api.invalid/")) for _ in range(5)),
+        RuntimeError("503: starting"),
+        RuntimeError("503: starting"),
+    ]
+    delays: list[float] = []
+
+    async def no_wait(awaitable: Any, timeout: float) -> None:
+        delays.append(timeout)
+        awaitable.close()
+
+    class Client:
+        def list_stream(self, api_version: str, kind: str, **kw: Any) -> _Listing:
+            if failures:
+                raise failures.pop(0)
+            return _Listing([_node("n1")], version="v")
+
+        async def watch(self, api_version: str, kind: str, *, resource_version: str, **kw: Any) -> AsyncIterator[Any]:
+            stop.set()
+            return
+            yield  # an async generator
+
+    monkeypatch.setattr(asyncio, "wait_for", no_wait)
+    informer, _ = _informer(retry_seconds=1.0)
+    informer.client = Client()  # type: ignore[assignment]
+    asyncio.run(informer.run(stop=stop))
+    # Five refused connections: 1 s each. The server's first answers start the doubling from 1 s, not 30 s;
+    # the last wait is the one after the watch ended.
+    assert delays == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 1.0]
+    assert informer.lists == 1

@@ -31,6 +31,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2 as httpx
+
 from gpu_operator.kube.client import KubeClient, is_expired
 from gpu_operator.names.selectors import of_mapping
 from gpu_operator.runtime.backoff import Backoff, error_kind
@@ -44,6 +46,10 @@ Selector = Mapping[str, str | None]  # value None: the label exists; else equali
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 30.0
+#: While the API server cannot even be connected to (restarting, an outage), every cache tries again this
+#: often: a refused connection costs the server nothing, and the caches must be current the moment it is
+#: back (issue 22: reconciling again within 3 s of a 120 s outage), not up to 30 s later.
+UNREACHABLE_RETRY_SECONDS = 1.0
 
 
 def _identity(obj: JSON) -> JSON:
@@ -109,10 +115,14 @@ class Informer:
         to 30 s, or as the API server's Retry-After says) while lists keep failing, so a denied or absent
         kind does not hammer the API server. Whatever a list or watch raises only means "list again"."""
         backoff = Backoff(initial=self.retry_seconds, ceiling=MAX_RETRY_SECONDS)
+        streak = 0  # failures in a row: an outage is logged once, not once a second
         while not stop.is_set():
             error: Exception | None = None
             try:
                 version = await self._relist()
+                if streak > 1:
+                    log.info("%s informer: listed again after %d failed tries", self.kind, streak)
+                streak = 0
                 backoff.reset()
                 await self._follow_until(version, stop=stop)
             except asyncio.CancelledError:
@@ -121,10 +131,16 @@ class Informer:
                 if is_expired(exc):
                     log.info("%s informer: resourceVersion expired, listing again", self.kind)
                     continue  # nothing is wrong with the server: list again at once
-                error = exc
-                log.info("%s informer: watch broken (%s), listing again: %s", self.kind, error_kind(exc), exc)
+                error, streak = exc, streak + 1
+                level = logging.INFO if streak == 1 else logging.DEBUG
+                log.log(level, "%s informer: watch broken (%s), listing again: %s", self.kind, error_kind(exc), exc)
+            if isinstance(error, httpx.ConnectError):
+                backoff.reset()  # an answer after the outage, even an error, starts the doubling afresh
+                delay = min(UNREACHABLE_RETRY_SECONDS, self.retry_seconds)
+            else:
+                delay = backoff.next(error)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=backoff.next(error))
+                await asyncio.wait_for(stop.wait(), timeout=delay)
 
     def _selectors(self) -> dict[str, Any]:
         return {"namespace": self.namespace, "labels": dict(self.labels) or None, "fields": self.fields}
