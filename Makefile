@@ -90,6 +90,7 @@ reliability: $(STAMP) kube-bin node-bin ## Property tests (1,000 cases each) and
 
 .PHONY: chaos
 chaos: $(STAMP) kube-bin node-bin ## Only the chaos tier (120 s outages) and the real-node upgrade faults (figures in build/chaos)
+	rm -f build/chaos/results.json
 	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" GPU_OPERATOR_NODE_BIN_DIR="$$(bash hack/build-node.sh)" \
 	  CHAOS_OUTAGE_SECONDS=$${OUTAGE:-120} $(BIN)/pytest tests/chaos tests/e2e/test_driver_container_real_nodes.py $(PYTEST_ARGS)
 

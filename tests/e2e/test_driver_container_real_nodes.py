@@ -257,9 +257,16 @@ def test_kubelet_and_containerd_restarted_mid_upgrade_the_upgrade_still_finishes
         real.node(hit).restart_kubelet()
         real.node(hit).restart_containerd()
         restarted = time.monotonic()
-        wait_for(lambda: {_labels(kube, n).get(STATE_LABEL) for n in nodes} == {"upgrade-done"}
-                 and policy_state(kube) == "ready", timeout=480, interval=0.5,
-                 describe="both nodes upgrade-done after the restarts")  # fmt: skip
+
+        def finished_rollout() -> bool:
+            states = {n: _labels(kube, n).get(STATE_LABEL) for n in nodes}
+            if set(states.values()) == {"upgrade-done"} and policy_state(kube) == "ready":
+                return True
+            pods = {n: (p.get("status") or {}).get("containerStatuses") for n, p in _driver_pods(kube).items()}
+            raise AssertionError(f"states {states}, policy {policy_state(kube)}, driver pods {pods}")
+
+        wait_for(finished_rollout, timeout=480, interval=0.5, describe="both nodes upgrade-done after the restarts",
+                 retry_on=(AssertionError, ApiError))  # fmt: skip
         finished = time.monotonic() - restarted
         watch.catch_up()
     for node in nodes:

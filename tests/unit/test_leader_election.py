@@ -7,6 +7,9 @@ import asyncio
 import datetime as dt
 from typing import Any
 
+import pytest
+
+import gpu_operator.runtime.leader as leader_module
 from gpu_operator.runtime.leader import LEASE_NAME, LEASE_SECONDS, RENEW_DEADLINE, LeaderElection
 
 JSON = dict[str, Any]
@@ -174,3 +177,49 @@ def test_fresh_counts_from_when_the_renewal_began_not_when_it_returned() -> None
     assert election.renewed_at == 0.0
     clock[0] = RENEW_DEADLINE + 0.1
     assert not election.fresh()
+
+
+class FailingLeases(FakeLeases):
+    """Writes fail (or hang) while ``broken``: an API server whose etcd is away."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = False
+        self.hang = False
+
+    async def apply(self, obj: JSON) -> JSON:
+        if self.hang:
+            await asyncio.Event().wait()  # never answers: the election's own timeout must end it
+        if self.broken:
+            raise ConnectionError("etcd is away")
+        return await super().apply(obj)
+
+
+def test_a_failed_renewal_keeps_leadership_until_the_renew_deadline() -> None:
+    clock = [0.0]
+    leases = FailingLeases()
+    election = LeaderElection(store=leases, namespace=NAMESPACE, identity="me", monotonic=lambda: clock[0])
+    assert asyncio.run(election.try_acquire())
+    leases.broken = True
+    clock[0] = 6.0
+    with pytest.raises(ConnectionError):
+        asyncio.run(election.step())
+    assert election.held  # a blip: the Lease is surely still ours, work goes on
+    assert election.fresh()
+    clock[0] = RENEW_DEADLINE + 0.1
+    with pytest.raises(ConnectionError):
+        asyncio.run(election.step())
+    assert not election.held  # past the deadline another replica may take it: stop
+    leases.broken = False
+    assert asyncio.run(election.step()).after is not None
+    assert election.held
+
+
+def test_a_lease_request_that_hangs_is_abandoned(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(leader_module, "REQUEST_SECONDS", 0.0)
+    leases = FailingLeases()
+    leases.hang = True
+    election = LeaderElection(store=leases, namespace=NAMESPACE, identity="me")
+    with pytest.raises(TimeoutError):
+        asyncio.run(election.step())
+    assert not election.held

@@ -3,8 +3,11 @@
 Upstream's Lease name (``53822513.nvidia.com``), 15 s duration, renewed every 5 s. A standby tries
 every 2 s, so a crashed leader is replaced within 17 s (controller-runtime's figure). The Lease is
 read and written through :class:`LeaseStore`, which the ``kube`` layer implements, so this module and
-its tests need no API client. A failed renewal gives leadership up at once: another replica may take
-the Lease once it expires, and two leaders must never act at the same time.
+its tests need no API client. Each Lease request gets ``REQUEST_SECONDS``: one held by an API server whose
+etcd is away must not wait out a 5 s client timeout. A failed renewal is retried at once while the Lease
+is still surely ours (``fresh``: renewed within ``RENEW_DEADLINE``), as controller-runtime retries until
+its renew deadline; past it, leadership is given up, because another replica may take the Lease once it
+expires and two leaders must never act at the same time.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ RETRY_SECONDS = 2.0
 #: How long after its last renewal began a leader still acts: the Lease's duration less a standby's retry,
 #: so a process that was paused (SIGSTOP, a frozen VM) stops working before anyone else may start.
 RENEW_DEADLINE = LEASE_SECONDS - RETRY_SECONDS
+#: The most one Lease read or write may take before it is abandoned and tried again.
+REQUEST_SECONDS = RETRY_SECONDS
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
@@ -91,9 +96,11 @@ class LeaderElection:
         """Acquire or renew once; come back in RENEW_SECONDS while leading, RETRY_SECONDS while standing by."""
         was = self.held
         try:
-            held = await self.try_acquire()
+            async with asyncio.timeout(REQUEST_SECONDS):
+                held = await self.try_acquire()
         except Exception:
-            self._follow("the Lease could not be renewed")
+            if not self.fresh():  # still ours for a while: keep working, and retry on the loop's backoff
+                self._follow(f"the Lease could not be renewed within {RENEW_DEADLINE} s")
             raise  # the loop logs, counts and retries it
         if held and not was:
             log.info("became leader (%s)", self.identity)
