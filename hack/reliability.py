@@ -26,8 +26,7 @@ import reliability_faults
 
 REPO = Path(__file__).resolve().parents[1]
 CHAOS_RESULTS = REPO / "build" / "chaos" / "results.json"
-#: The chaos tier, and the real-node module whose last test restarts a node's kubelet and containerd mid-upgrade.
-CHAOS_TESTS = ("tests/chaos", "tests/e2e/test_driver_container_real_nodes.py")
+CHAOS_TESTS = ("tests/chaos",)
 PROPERTY_TESTS = ("tests/unit/test_properties_inputs.py", "tests/unit/test_properties_host_configs.py")
 _HEADER = re.compile(r"^(tests/\S+\.py)::(test_\w+):\s*$")
 _COUNTS = re.compile(r"(\d+) passing, (\d+) failing")

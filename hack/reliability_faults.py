@@ -64,11 +64,12 @@ FAULTS = (
           "(`caches_relisted` there)", "", "§9 #7: relist without restart"),
     Fault("leader SIGKILLed, standby takes over", "tests/integration/test_leader_election_real.py",
           "a standby takes over; a clean stop hands over at once", "", "≤ 17 s (asserted, not recorded)"),
-    Fault("kubelet and containerd restarted on a real node mid-upgrade",
-          "tests/e2e/test_driver_container_real_nodes.py",
-          "two real kubelet nodes with the fake driver container; the node being upgraded has its kubelet "
-          f"and containerd restarted while cordoned; {_ROLLOUT}; both end on the new driver image",
-          "rollout_finished_after_restart_s", "≤ 180 s: upstream's Go e2e gives a component 3 min"),
+    Fault("kubelet and containerd restarted on a real node mid-upgrade", "",
+          "not in the suite yet. Tried on two real kubelet nodes (the fake driver container, NEW -> OLD): the "
+          "kubelet and containerd of the node in wait-for-jobs-required were restarted; the GPU workload it then "
+          "evicted stayed Terminating (1/1 Ready) for over 5 min, so pod deletion timed out and the node ended "
+          "upgrade-failed and cordoned, as upstream's would (the other node waited, upgrade-required). Why the "
+          "restarted kubelet did not finish the pod's termination is not yet known", "", ""),
 )  # fmt: skip
 
 
@@ -90,6 +91,8 @@ def _worst(value: Any) -> float | None:
 
 def verdict(fault: Fault, figures: Mapping[str, Any] | None) -> str:
     """ "met" or "MISSED" with the figure against its allowance; a reason when there is nothing to compare."""
+    if not fault.test:
+        return "not injected by the suite"
     if figures is None:
         return "not measured in this run" if fault.figure else "asserted by its test"
     worst, allowance = _worst(figures.get(fault.figure)), figures.get("allowance_s")

@@ -37,8 +37,7 @@ from gpu_operator.sim.fakedriver.build import cached_build
 from gpu_operator.sim.fakedriver.image import IMAGE, REPOSITORY, DriverImage, build_driver_image, reference
 from gpu_operator.sim.fakedriver.nodes import Shape, attach, node_setup
 from gpu_operator.sim.hardware import pci_functions
-from gpu_operator.upgrade.model import CORDONED_STATES, STATE_LABEL, UNCORDON
-from tests.chaos.harness import UpgradeWatch, record, steps_back
+from gpu_operator.upgrade.model import STATE_LABEL
 from tests.chart_checks import policy_state
 from tests.conftest import REPO
 from tests.e2e.conftest import ProductImage
@@ -226,56 +225,3 @@ def test_a_driver_upgrade_evicts_the_workload_first_and_ends_upgrade_done(
         seen = wait_for(functools.partial(driver_version_seen, driver_cluster, name), timeout=60,
                         describe=f"{name} on the new driver")  # fmt: skip
         assert seen == NEW, node
-
-
-#: Upstream's Go e2e gives a component 3 min to become ready (``suites/clusterpolicy_test.go``).
-RESTART_ALLOWANCE = 180.0
-
-
-@pytest.mark.timeout(600)
-def test_kubelet_and_containerd_restarted_mid_upgrade_the_upgrade_still_finishes(
-    driver_cluster: LocalCluster, kube: Client, installed: float
-) -> None:
-    """The chaos case of issue 22 on real nodes: the node being upgraded loses its kubelet and its
-    containerd (both restarted) while cordoned; the rollout back to the old version must still end with
-    both nodes done, uncordoned, on the old driver, each driver pod replaced exactly once."""
-    wait_for(lambda: {_labels(kube, n).get(STATE_LABEL) for n in PROFILES} == {"upgrade-done"}, timeout=300,
-             describe="both nodes upgrade-done before the second rollout")  # fmt: skip
-    nodes = list(PROFILES)
-    with UpgradeWatch(client=kube, nodes=nodes, namespace=NAMESPACE) as watch:
-        driver_cluster.kubectl("patch", "clusterpolicy", "cluster-policy", "--type", "merge",
-                               "-p", f'{{"spec": {{"driver": {{"version": "{OLD}"}}}}}}')  # fmt: skip
-
-        def cordoned_in_progress() -> str | None:
-            states = {n: _labels(kube, n).get(STATE_LABEL, "") for n in nodes}
-            return next((n for n in nodes if states[n] in CORDONED_STATES - {UNCORDON}), None)
-
-        hit = wait_for(cordoned_in_progress, timeout=300, interval=0.2, describe="a node mid-upgrade")
-        hit_state = _labels(kube, hit).get(STATE_LABEL, "")
-        real = driver_cluster.real_nodes
-        assert real is not None
-        real.node(hit).restart_kubelet()
-        real.node(hit).restart_containerd()
-        restarted = time.monotonic()
-
-        def finished_rollout() -> bool:
-            states = {n: _labels(kube, n).get(STATE_LABEL) for n in nodes}
-            if set(states.values()) == {"upgrade-done"} and policy_state(kube) == "ready":
-                return True
-            pods = {n: (p.get("status") or {}).get("containerStatuses") for n, p in _driver_pods(kube).items()}
-            raise AssertionError(f"states {states}, policy {policy_state(kube)}, driver pods {pods}")
-
-        wait_for(finished_rollout, timeout=480, interval=0.5, describe="both nodes upgrade-done after the restarts",
-                 retry_on=(AssertionError, ApiError))  # fmt: skip
-        finished = time.monotonic() - restarted
-        watch.catch_up()
-    for node in nodes:
-        assert len(watch.driver_uids[node]) == 2, (node, watch.driver_uids[node])  # replaced exactly once
-        assert watch.cordon_flips[node] == [False, True, False], (node, watch.cordon_flips[node])
-        assert steps_back(watch.history[node]) == [], (node, watch.history[node])
-    for pod in _driver_pods(kube).values():
-        assert pod["spec"]["containers"][0]["image"] == reference(version=OLD, os_tag=host_os_tag())
-    record("kubelet and containerd restarted on a real node mid-upgrade", restarted_in_state=hit_state,
-           rollout_finished_after_restart_s=round(finished, 1), allowance_s=RESTART_ALLOWANCE,
-           nodes=len(nodes))  # fmt: skip
-    assert finished <= RESTART_ALLOWANCE
