@@ -35,7 +35,9 @@ _LIMITER = "≤ 5 s: upstream's failure limiter cap (3 s) plus one Lease retry (
 FAULTS = (
     Fault("API server down during a reconcile", "tests/chaos/test_control_plane_outages.py",
           f"{_OUTAGE}; the change made before the outage applied after it; only the changed operand's pods "
-          "replaced; no node cordoned", "change_applied_s", _LIMITER),
+          "replaced; no node cordoned. The figure counts from the API server serving ClusterPolicies again "
+          "(`api_serving_policies_s` after its /readyz: custom resources answer 503 until then)",
+          "change_applied_after_api_s", _LIMITER),
     Fault("API server down during a driver upgrade", "tests/chaos/test_control_plane_outages.py",
           f"{_OUTAGE}; {_ROLLOUT}", "back_in_charge_s", _LIMITER),
     Fault("etcd restarted", "tests/chaos/test_control_plane_outages.py",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -85,21 +86,40 @@ def _up(client: Client, nodes: list[str], operators: OperatorFactory, *, version
     return operator
 
 
-def _outage(cluster: LocalCluster, component: str, *, seconds: float) -> tuple[float, dt.datetime]:
-    """Stop ``component`` for ``seconds``, start it again; return when it was healthy (monotonic, UTC)."""
+@dataclass(frozen=True)
+class Outage:
+    """When a component went away (UTC) and when it was healthy again (monotonic and UTC)."""
+
+    down_at: dt.datetime
+    up: float
+    up_at: dt.datetime
+
+
+def _outage(cluster: LocalCluster, component: str, *, seconds: float) -> Outage:
+    """Stop ``component`` for ``seconds`` and start it again."""
     cluster.stop_component(component)
+    down_at = utcnow()  # stopped for sure: no Lease write dated after this can succeed before the restart
     time.sleep(seconds)
     cluster.start_component(component, timeout=120)
-    return time.monotonic(), utcnow()
+    return Outage(down_at=down_at, up=time.monotonic(), up_at=utcnow())
 
 
-def _back_in_charge(client: Client, namespace: str, operator: OperatorProcess, *, up: dt.datetime) -> float:
-    """Seconds from ``up`` to the operator's first Lease renewal after it: it leads, its loops run again."""
-    wait_for(lambda: held_by(client, namespace, operator, after=up), timeout=120,
+def _back_in_charge(client: Client, namespace: str, operator: OperatorProcess, *, outage: Outage) -> float:
+    """Seconds from the component's health to the operator's first Lease write after the outage began
+    (none can succeed during it). 0 when it wrote before the health check said so: the API server takes
+    writes a little before its /readyz is green."""
+    wait_for(lambda: held_by(client, namespace, operator, after=outage.down_at), timeout=120,
              describe="the operator renewed its Lease", interval=0.1, retry_on=TRANSIENT)  # fmt: skip
     renewed = lease(client, namespace)[1]
     assert renewed is not None
-    return (renewed - up).total_seconds()
+    return max(0.0, (renewed - outage.up_at).total_seconds())
+
+
+def _serving_policies(client: Client, *, since: float) -> float:
+    """Seconds from ``since`` until the API server serves ClusterPolicies again: after a restart it answers
+    503 for custom resources until their handlers are installed, which its /readyz does not wait for."""
+    return _timed(lambda: client.get(ClusterPolicyResource, "cluster-policy"), since=since, timeout=120,
+                  describe="the API server serving ClusterPolicies")  # fmt: skip
 
 
 def _timed(check: Callable[[], Any], *, since: float, timeout: float, describe: str) -> float:
@@ -121,12 +141,14 @@ def test_api_server_down_during_a_reconcile(
     client.patch(ClusterPolicyResource, "cluster-policy",
                  {"spec": {"devicePlugin": {"env": [{"name": "CHAOS_MARK", "value": "1"}]}}},
                  patch_type=PatchType.MERGE)  # fmt: skip
-    up, up_at = _outage(chaos_cluster, comp.APISERVER, seconds=OUTAGE_SECONDS)
-    in_charge = _back_in_charge(client, namespace, operator, up=up_at)
-    applied = _timed(lambda: _plugin_env(client, namespace).get("CHAOS_MARK") == "1", since=up, timeout=120,
-                     describe="the change reached the device plugin's DaemonSet")  # fmt: skip
-    converged = _timed(lambda: _ready(client) and len(_pods(client, namespace)) == len(before), since=up,
+    outage = _outage(chaos_cluster, comp.APISERVER, seconds=OUTAGE_SECONDS)
+    serving = _serving_policies(client, since=outage.up)
+    in_charge = _back_in_charge(client, namespace, operator, outage=outage)
+    applied = _timed(lambda: _plugin_env(client, namespace).get("CHAOS_MARK") == "1", since=outage.up,
+                     timeout=120, describe="the change reached the device plugin's DaemonSet")  # fmt: skip
+    converged = _timed(lambda: _ready(client) and len(_pods(client, namespace)) == len(before), since=outage.up,
                        timeout=300, describe="ClusterPolicy ready again")  # fmt: skip
+    ours = max(0.0, applied - serving)  # the operator's share: after the API server served the policy again
 
     after = _pods(client, namespace)
     replaced = {before[uid] for uid in set(before) - set(after)}
@@ -137,10 +159,11 @@ def test_api_server_down_during_a_reconcile(
     assert operator.healthy()
     assert _cordoned(client, names) == []
     record("API server down during a reconcile", back_in_charge_s=round(in_charge, 2),
-           change_applied_s=round(applied, 2), converged_s=round(converged, 2),
+           api_serving_policies_s=round(serving, 2), change_applied_s=round(applied, 2),
+           change_applied_after_api_s=round(ours, 2), converged_s=round(converged, 2),
            allowance_s=BACK_IN_CHARGE_ALLOWANCE, pods_replaced=len(replaced), operator_restarts=0,
            caches_relisted=int(operator.metric("gpu_operator_cache_lists_total") - lists))  # fmt: skip
-    assert applied <= BACK_IN_CHARGE_ALLOWANCE + 1.0, f"the change was applied {applied:.1f} s after the outage"
+    assert ours <= BACK_IN_CHARGE_ALLOWANCE, f"the change was applied {ours:.1f} s after the API server served it"
 
 
 @pytest.mark.timeout(900)
@@ -156,10 +179,10 @@ def test_api_server_down_during_a_driver_upgrade(
         wait_for(lambda: any(s in m.CORDONED_STATES for s in watch.seen_states), timeout=120,
                  describe="a node cordoned for its upgrade", interval=0.1)  # fmt: skip
         caught = [s for s in watch.seen_states if s not in m.IDLE_STATES]
-        up, up_at = _outage(chaos_cluster, comp.APISERVER, seconds=OUTAGE_SECONDS)
-        in_charge = _back_in_charge(client, namespace, operator, up=up_at)
+        outage = _outage(chaos_cluster, comp.APISERVER, seconds=OUTAGE_SECONDS)
+        in_charge = _back_in_charge(client, namespace, operator, outage=outage)
         wait_states(client, names, want=m.DONE, timeout=600, describe="every node upgrade-done")
-        done = time.monotonic() - up
+        done = time.monotonic() - outage.up
         watch.catch_up()
     assert watch.max_in_progress <= 2
     for node in names:
@@ -172,7 +195,7 @@ def test_api_server_down_during_a_driver_upgrade(
     record("API server down during a driver upgrade", back_in_charge_s=round(in_charge, 2),
            rollout_finished_after_s=round(done, 2), states_when_cut=caught,
            allowance_s=BACK_IN_CHARGE_ALLOWANCE, nodes=len(names), operator_restarts=0)  # fmt: skip
-    assert in_charge <= BACK_IN_CHARGE_ALLOWANCE + 1.0, f"back in charge after {in_charge:.1f} s"
+    assert in_charge <= BACK_IN_CHARGE_ALLOWANCE, f"back in charge after {in_charge:.1f} s"
 
 
 @pytest.mark.timeout(600)
@@ -183,11 +206,12 @@ def test_etcd_restarted(
     names = nodes(2)
     operator = _up(client, names, operators)
     before = _pods(client, namespace)
-    up, up_at = _outage(chaos_cluster, comp.ETCD, seconds=min(OUTAGE_SECONDS, 10.0))
+    outage = _outage(chaos_cluster, comp.ETCD, seconds=min(OUTAGE_SECONDS, 10.0))
+    up = outage.up
     # The API server reconnects to etcd on its own schedule: the operator's share starts when it writes again.
     api_back = _timed(lambda: client.patch(Node, names[0], {"metadata": {"annotations": {"chaos/probe": "1"}}}),
                       since=up, timeout=120, describe="the API server writing again")  # fmt: skip
-    in_charge = _back_in_charge(client, namespace, operator, up=up_at) - api_back
+    in_charge = max(0.0, _back_in_charge(client, namespace, operator, outage=outage) - api_back)
     changed = time.monotonic()
     client.patch(ClusterPolicyResource, "cluster-policy",
                  {"spec": {"devicePlugin": {"env": [{"name": "CHAOS_MARK", "value": "2"}]}}},
@@ -204,5 +228,5 @@ def test_etcd_restarted(
     record("etcd restarted", api_writable_s=round(api_back, 2), back_in_charge_after_api_s=round(in_charge, 2),
            next_change_applied_s=round(applied, 2), allowance_s=BACK_IN_CHARGE_ALLOWANCE,
            operator_restarts=0)  # fmt: skip
-    assert in_charge <= BACK_IN_CHARGE_ALLOWANCE + 1.0
+    assert in_charge <= BACK_IN_CHARGE_ALLOWANCE
     assert applied <= 5.0
