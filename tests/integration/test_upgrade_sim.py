@@ -36,40 +36,12 @@ from gpu_operator.names.images import driver_version
 from gpu_operator.sim.control.simulator import Simulator
 from gpu_operator.sim.programs.agents import agent_registry
 from gpu_operator.upgrade import model as m
+from tests.chaos.harness import NEW, OLD, policy, running, trainer
 from tests.integration.conftest_operator import OperatorThread
 from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory
 
 JSON = dict[str, Any]
-OLD, NEW = "570.124.06", "580.65.06"
 IDLE = {m.UNKNOWN, m.DONE, m.REQUIRED}
-
-
-def _policy(version: str) -> JSON:
-    return {
-        "apiVersion": "nvidia.com/v1",
-        "kind": "ClusterPolicy",
-        "metadata": {"name": "cluster-policy"},
-        "spec": {
-            "driver": {
-                "repository": "nvcr.io/nvidia",
-                "image": "driver",
-                "version": version,
-                "env": [{"name": "SIMULATED_MODULE_LOAD_SECONDS", "value": "0.2"}],
-                "upgradePolicy": {
-                    "autoUpgrade": True,
-                    "maxParallelUpgrades": 3,
-                    "maxUnavailable": "50%",
-                    "podDeletion": {"timeoutSeconds": 120},
-                },
-            },
-            # Only what the driver's readiness chain needs: fewer programs on 20 nodes of a 2-core machine.
-            "dcgm": {"enabled": False},
-            "dcgmExporter": {"enabled": False},
-            "gfd": {"enabled": False},
-            "nodeStatusExporter": {"enabled": False},
-            "migManager": {"enabled": False},
-        },
-    }
 
 
 @pytest.fixture
@@ -142,25 +114,6 @@ def _states(client: Client, nodes: list[str]) -> dict[str, str]:
     return {n: (client.get(Node, n).metadata.labels or {}).get(m.STATE_LABEL, "") for n in nodes}  # type: ignore[union-attr]
 
 
-def _trainer(namespace: str) -> Any:
-    return codecs.from_dict({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "trainer", "namespace": namespace},
-        "spec": {
-            "replicas": 4,
-            "selector": {"matchLabels": {"app": "trainer"}},
-            "template": {
-                "metadata": {"labels": {"app": "trainer"}},
-                "spec": {"containers": [{
-                    "name": "train", "image": "trainer:test", "command": ["gpu-operator", "agent", "sleep"],
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                }]},
-            },
-        },
-    })  # fmt: skip
-
-
 @pytest.mark.timeout(900)
 def test_rolling_driver_upgrade_of_20_nodes(
     client: Client,
@@ -179,22 +132,22 @@ def test_rolling_driver_upgrade_of_20_nodes(
     nodes = sorted(sim_nodes("pcie-l4:20"))
     failing = nodes[-1]  # the last in start order: its failure cannot change the earlier waves
     simulator.fail_driver_install(failing, version=NEW)
-    client.create(codecs.from_dict(_policy(OLD)))
+    client.create(codecs.from_dict(policy(version=OLD, max_parallel=3)))
 
     def all_done() -> bool:
         return set(_states(client, nodes).values()) == {m.DONE}
 
     wait_for(all_done, timeout=420, describe="every node upgrade-done on the first version")
     wait_for(lambda: _ready_policy(client), timeout=120, describe="ClusterPolicy ready")
-    client.create(_trainer(namespace))
-    wait_for(lambda: _running(client, namespace) == 4, timeout=120, describe="4 trainer pods running")
+    client.create(trainer(namespace, replicas=4))
+    wait_for(lambda: running(client, namespace) == 4, timeout=120, describe="4 trainer pods running")
     trainers = list(client.list(Pod, namespace=namespace, labels={"app": "trainer"}))
     trainer_nodes = {p.spec.nodeName for p in trainers}  # type: ignore[union-attr]
     trainer_uids = {str(p.metadata.uid) for p in trainers}  # type: ignore[union-attr]
 
     # The preview of the change, from the live cluster.
     proposed = tmp_path / "policy.yaml"
-    proposed.write_text(yaml.safe_dump(_policy(NEW)), encoding="utf-8")
+    proposed.write_text(yaml.safe_dump(policy(version=NEW, max_parallel=3)), encoding="utf-8")
     kubeconfig = str(upgrading_operator.cluster.kubeconfig_path)
     shown = CliRunner().invoke(
         cli, ["upgrade", "plan", "--kubeconfig", kubeconfig, "--namespace", namespace, "--policy", str(proposed),
@@ -261,7 +214,7 @@ def test_rolling_driver_upgrade_of_20_nodes(
     assert len(recorder.driver_uids[failing]) == 2
     events = [e.to_dict() for e in client.list(Event, namespace="default", fields={"reason": m.EVENT_REASON})]
     assert any(e["involvedObject"]["name"] == failing and e["type"] == "Warning" for e in events)
-    wait_for(lambda: _running(client, namespace) == 4, timeout=120, describe="evicted trainers running again")
+    wait_for(lambda: running(client, namespace) == 4, timeout=120, describe="evicted trainers running again")
     progress = _upgrade_status(client)
     assert progress["autoUpgrade"] is True
     assert progress["nodes"] == {m.DONE: 19, m.FAILED: 1}
@@ -289,15 +242,6 @@ def _upgrade_status(client: Client) -> JSON:
 def _ready_policy(client: Client) -> bool:
     obj: JSON = client.get(ClusterPolicyResource, "cluster-policy").to_dict()  # type: ignore[no-untyped-call]
     return (obj.get("status") or {}).get("state") == "ready"
-
-
-def _running(client: Client, namespace: str) -> int:
-    pods = client.list(Pod, namespace=namespace, labels={"app": "trainer"})
-    return sum(
-        1
-        for p in pods
-        if p.status and p.status.phase == "Running" and not (p.metadata and p.metadata.deletionTimestamp)
-    )
 
 
 def _driver_pod(client: Client, namespace: str, node: str) -> JSON:
