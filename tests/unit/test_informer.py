@@ -323,3 +323,16 @@ def test_an_unreachable_server_is_tried_every_second_and_does_not_grow_the_backo
     # the last wait is the one after the watch ended.
     assert delays == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 1.0]
     assert informer.lists == 1
+
+
+def test_the_name_ordered_view_follows_every_change() -> None:
+    informer, _ = _informer()
+    for name in ("b", "c", "a"):
+        informer.apply("ADDED", _node(name))
+    assert [n["metadata"]["name"] for n in informer.select()] == ["a", "b", "c"]
+    informer.select().clear()  # callers get their own list: the kept order is not theirs to change
+    informer.apply("DELETED", _node("b"))
+    informer.apply("ADDED", _node("aa"))
+    informer.apply("MODIFIED", _node("c", labels={"team": "x"}))
+    assert [n["metadata"]["name"] for n in informer.select()] == ["a", "aa", "c"]
+    assert informer.select({"team": "x"})[0]["metadata"]["labels"]["team"] == "x"

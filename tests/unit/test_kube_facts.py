@@ -99,3 +99,30 @@ def test_a_key_added_or_removed_wakes_the_reconciler_a_changed_value_does_not() 
     configmaps.apply("MODIFIED", _cm("kmod", data={"nvidia-uvm.conf": "c"}))  # a key removed
     configmaps.apply("MODIFIED", _cm("kmod", binary={"nvidia-uvm.conf": "Yw=="}))  # moved to binaryData
     assert woken == ["reconciler", "reconciler", "reconciler", "reconciler"]
+
+
+def _node(os_version: str) -> JSON:
+    labels = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+              "feature.node.kubernetes.io/system-os_release.VERSION_ID": os_version}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1", "labels": labels}}
+
+
+def test_facts_are_made_again_when_a_configmap_or_a_node_changes() -> None:
+    api = _api()
+
+    async def run(nodes: list[JSON]) -> ClusterFacts:
+        client = api.client()
+        try:
+            return await gather_facts(Kube(client), nodes=nodes, namespace=NS, precompiled=False)
+        finally:
+            await client.close()
+
+    nodes = [_node("22.04")]
+    first = asyncio.run(run(nodes))
+    assert asyncio.run(run(nodes)) is first  # the same nodes and objects: the same facts, not made again
+    api.put(_cm("added", data={"k": "v"}), plural="configmaps")
+    second = asyncio.run(run(nodes))
+    assert "added" in (second.configmap_keys or {})
+    assert "added" not in (first.configmap_keys or {})
+    assert second.os_tag == "ubuntu22.04"
+    assert asyncio.run(run([_node("24.04")])).os_tag == "ubuntu24.04"  # the informer's new object for the node

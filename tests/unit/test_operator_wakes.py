@@ -177,3 +177,29 @@ def test_node_infos_are_reused_for_the_same_node_object(monkeypatch: pytest.Monk
     nodes[1] = {**nodes[1], "metadata": {"name": "b", "labels": {}}}  # the informer replaced a changed node
     assert kube_facts.node_infos(nodes) == [first[0], real(nodes[1])]
     assert calls == ["a", "b", "b"]
+
+
+def test_a_spec_change_that_no_label_reads_keeps_the_answers_one_that_does_redoes_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+    real = nodelabels.label_changes
+
+    def counted(labels: Any, *, spec: ClusterPolicySpec) -> Any:
+        calls.append(1)
+        return real(labels, spec=spec)
+
+    monkeypatch.setattr(nodelabels, "label_changes", counted)
+    nodes = [dict(GPU), {**GPU, "nvidia.com/mig.capable": "true"}]
+    label_changes_of(nodes, spec=ClusterPolicySpec())
+    assert len(calls) == 2
+    exporter = ClusterPolicySpec.model_validate(
+        {"dcgmExporter": {"repository": "nvcr.io/nvidia/k8s", "image": "dcgm-exporter", "version": "4.6.0"}}
+    )
+    label_changes_of(nodes, spec=exporter)
+    assert len(calls) == 2  # the exporter's version is no label's input: every answer kept
+    mig = ClusterPolicySpec.model_validate({"migManager": {"config": {"name": "custom", "default": ""}}})
+    assert label_changes_of(nodes, spec=mig) == [real(n, spec=mig) for n in nodes]
+    assert len(calls) == 4
+    assert "nvidia.com/mig.config" not in label_changes_of(nodes, spec=mig)[1]
+    assert label_changes_of(nodes, spec=exporter)[1]["nvidia.com/mig.config"] == "all-disabled"

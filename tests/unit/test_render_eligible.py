@@ -73,3 +73,18 @@ def test_a_daemonset_behind_the_operators_count_is_not_ready() -> None:
     assert daemonset_readiness(_ds(desired=900, available=900), eligible=900).ready
     assert daemonset_readiness(_ds(desired=0), eligible=0).ready  # no GPU node: nothing to wait for
     assert daemonset_readiness(_ds(desired=0), eligible=None).ready  # not counted: upstream's rule
+
+
+def test_counts_follow_the_nodes_and_each_daemonsets_own_scheduling_fields() -> None:
+    nodes = [_node("a"), _node("b"), _node("c", labels={"nvidia.com/gpu.deploy.driver": "false"})]
+    driver = _ds()
+    exporter = _ds(template={"nodeSelector": {"nvidia.com/gpu.deploy.driver": "false"}})
+    assert eligible_nodes(driver, nodes) == 2
+    assert eligible_nodes(exporter, nodes) == 1  # the same nodes, other fields: counted on their own
+    assert eligible_nodes(driver, nodes) == 2
+    # A node replaced by its informer (a new object) with a taint nothing tolerates: counted again.
+    tainted = [nodes[0], _node("b", taints=[{"key": "x", "effect": "NoSchedule"}]), nodes[2]]
+    assert eligible_nodes(driver, tainted) == 1
+    assert eligible_nodes(exporter, tainted) == 1
+    assert eligible_nodes(driver, tainted[:1]) == 1
+    assert eligible_nodes(driver, [*nodes, _node("d")]) == 3

@@ -8,6 +8,7 @@ so a preview renders exactly what the operator would.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.render import ClusterFacts, NodeInfo, facts_from_nodes, node_info
@@ -23,6 +24,10 @@ CRD_MAX_AGE = 10.0
 #: pass read all nodes' labels again); holding the nodes keeps their ids from being reused. Equal facts then
 #: hold the very same infos, which makes the reconciler's render-reuse comparison quick too.
 _infos: list[dict[int, tuple[JSON, NodeInfo]]] = [{}]
+#: The last facts with what they were made from: a pass whose nodes' infos are the very same (compared one
+#: identity per node) and whose other inputs are equal gets them again instead of a fresh walk of every node
+#: (at 5,000 nodes a sixth of a pass's CPU, spent on most passes to find the facts unchanged).
+_facts: list[tuple[tuple[NodeInfo, ...], dict[str, Any], ClusterFacts] | None] = [None]
 
 
 def node_infos(nodes: Sequence[JSON]) -> list[NodeInfo]:
@@ -43,13 +48,19 @@ async def gather_facts(kube: Kube, *, nodes: Sequence[JSON], namespace: str, pre
     # repoConfig and certConfig key by key); the operator's ConfigMap informer serves it.
     configmaps = await kube.data_keys("v1", "ConfigMap", namespace=namespace)
     secrets = await kube.names("v1", "Secret", namespace=namespace)
-    return facts_from_nodes(
-        node_infos(nodes),
-        namespace=namespace,
-        precompiled=precompiled,
-        has_service_monitor_crd=await kube.crd_exists("servicemonitors.monitoring.coreos.com", max_age=CRD_MAX_AGE),
-        nfd_installed=await kube.crd_exists("nodefeatures.nfd.k8s-sigs.io", max_age=CRD_MAX_AGE),
-        configmaps=configmaps,
-        secrets=secrets,
-        configmap_keys=configmaps,
-    )
+    options: dict[str, Any] = {
+        "namespace": namespace,
+        "precompiled": precompiled,
+        "has_service_monitor_crd": await kube.crd_exists("servicemonitors.monitoring.coreos.com", max_age=CRD_MAX_AGE),
+        "nfd_installed": await kube.crd_exists("nodefeatures.nfd.k8s-sigs.io", max_age=CRD_MAX_AGE),
+        "configmaps": configmaps,
+        "secrets": secrets,
+        "configmap_keys": configmaps,
+    }
+    infos = tuple(node_infos(nodes))
+    last = _facts[0]
+    if last is not None and last[0] == infos and last[1] == options:
+        return last[2]
+    facts = facts_from_nodes(infos, **options)
+    _facts[0] = (infos, options, facts)
+    return facts

@@ -8,10 +8,17 @@ the nodes whose labels match the pod template's ``nodeSelector`` and whose ``NoS
 ``NoExecute`` taints the template tolerates, with the tolerations the DaemonSet controller adds to
 every daemon pod. A template with node affinity is not counted (None: no check), since only the
 controller evaluates that.
+
+Every reconcile pass asks this of each operand DaemonSet, and at 5,000 nodes the eight counts were half of
+a pass's CPU (issue 23's profile: 0.23 of 0.45 s), while between two passes neither the nodes nor the
+templates' scheduling fields usually change. So the last count of each set of scheduling fields is kept with
+the nodes it counted, and reused while the nodes compare equal (an informer's unchanged node is the same
+object, so that comparison is one identity check per node).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +39,9 @@ HOST_NETWORK_TOLERATION = {
     "effect": "NoSchedule",
 }
 BLOCKING = ("NoSchedule", "NoExecute")
+#: The nodes of the last counts (a tuple, compared to the next call's), and by scheduling fields each count.
+#: One tuple, swapped whole, so operators in threads of one process only ever miss.
+_counts: list[tuple[tuple[Mapping[str, Any], ...], dict[str, int]]] = [((), {})]
 
 
 def eligible_nodes(daemonset: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> int | None:
@@ -43,6 +53,20 @@ def eligible_nodes(daemonset: Mapping[str, Any], nodes: Sequence[Mapping[str, An
     tolerations = [*(template.get("tolerations") or []), *DAEMON_TOLERATIONS]
     if template.get("hostNetwork"):
         tolerations.append(HOST_NETWORK_TOLERATION)
+    counted, by_fields = _counts[0]
+    listed = tuple(nodes)
+    if listed != counted:
+        by_fields = {}
+    key = json.dumps([selector, tolerations], sort_keys=True)
+    if key not in by_fields:
+        by_fields = {**by_fields, key: _count(listed, selector=selector, tolerations=tolerations)}
+    _counts[0] = (listed, by_fields)
+    return by_fields[key]
+
+
+def _count(
+    nodes: Sequence[Mapping[str, Any]], *, selector: Mapping[str, str], tolerations: Sequence[Mapping[str, Any]]
+) -> int:
     count = 0
     for node in nodes:
         labels = (node.get("metadata") or {}).get("labels") or {}
