@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,8 @@ class FleetResult:
     #: The commit measured (``git describe``-like: a ``+`` when the tree had changes); results kept in a
     #: store across commits say which code each scale ran.
     commit: str = ""
+    #: The operator's RSS growth steps (``operator_bench._witness_memory``), each with the phase it fell in.
+    growth: list[dict[str, Any]] = field(default_factory=list)
 
 
 def source_commit() -> str:
@@ -253,6 +255,13 @@ def _rollout(*, client: Any, operator: ob._OperatorProcess, sampler: ProcessSamp
     return _Rollout(ready_s=ready, rolled_out_s=rolled_out, cpu_s=cpu, passes=passes)
 
 
+def _stopped(operator: ob._OperatorProcess) -> list[dict[str, Any]]:
+    """Stop the operator; its RSS growth steps, each with the bench's phase at that moment."""
+    growth = [{**step, "phase": operator.phase_at(step["at"])} for step in operator.stats().get("growth", [])]
+    operator.stop()
+    return growth
+
+
 def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], None] = print) -> FleetResult:
     """One scale on a fresh, tuned control plane (the order of ``operator_bench.measure_scale``)."""
     sims_count = max(1, math.ceil(nodes / nodes_per_sim()))
@@ -289,7 +298,7 @@ def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], No
         passes = {"policy to ready": rollout.passes, "idle": _passes_since(operator.stats(), seen)[0]}
         log(f"fleet bench: idle {idle.per_minute:.0f}/min, RSS {idle.rss_mib:.0f} MiB: {idle.requests}")
         peak, peaks = ob._memory_mib(operator.pid, "VmHWM"), dict(operator.peaks)
-        operator.stop()
+        growth = _stopped(operator)
 
         operator = ob._OperatorProcess(kubeconfig=kubeconfig)
         sampler.add({"operator": operator.pid})
@@ -304,7 +313,7 @@ def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], No
         log(f"fleet bench: spec change latencies {[round(x, 2) for x in latencies]}, {timeouts} timeouts")
         peak = max(peak, ob._memory_mib(operator.pid, "VmHWM"))
         peaks.update(operator.peaks)
-        operator.stop()
+        growth += _stopped(operator)
         healthy_at_end, errors = _healthy_nodes(cluster), sims.heartbeat_errors()
         usage = sampler.stop()
         sims.stop()
@@ -314,7 +323,7 @@ def measure_scale(*, binaries: KubeBinaries, nodes: int, log: Callable[[str], No
         rolled_out_s=rollout.rolled_out_s, cpu_to_rolled_out_s=rollout.cpu_s, rss_idle_mib=idle.rss_mib,
         peak_rss_mib=peak, peaks=peaks, idle=idle, change_latencies=latencies, change_timeouts=timeouts,
         upgrade_passes=passes, usage=usage, healthy_at_ready=healthy_at_ready, healthy_at_end=healthy_at_end,
-        pods_at_ready=pods_at_ready, heartbeat_errors=errors, commit=source_commit(),
+        pods_at_ready=pods_at_ready, heartbeat_errors=errors, commit=source_commit(), growth=growth,
     )  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fleet_bench import CONTROL_PLANE_FLAGS, LEASE_INTERVAL, STATUS_INTERVAL, FleetResult, nodes_per_sim
 from fleet_sample import CPUS, MACHINE
-from operator_bench import IDLE_SECONDS, SPEC_CHANGES, Idle, _pct, _table, _verdict
+from operator_bench import GROWTH_STEP_MIB, IDLE_SECONDS, SPEC_CHANGES, Idle, _pct, _table, _verdict
 
 REPO = Path(__file__).resolve().parents[1]
 PLOT = Path("docs/bench/fleet-scale.png")  # relative to the repository root, as BENCHMARKS.md links it
@@ -83,6 +83,29 @@ def _usage_table(r: FleetResult) -> str:
     return _table(header, rows)
 
 
+def _growth_table(r: FleetResult) -> str:
+    """The operator's RSS growth steps: what it was doing each time its memory grew (empty for a result
+    measured before the witness existed)."""
+    if not r.growth:
+        return ""
+    rows = []
+    for step in r.growth:
+        relisted = sorted(name for name, (lists, _) in step["caches"].items() if lists > 1)
+        top = sorted(step["requests"].items(), key=lambda item: -item[1])[:3]
+        rows.append([
+            step["phase"], f"{step['rss']:.0f}", str(step["tasks"]), f"{step['passes']} / {step['upgrade_passes']}",
+            ", ".join(f"{name} ({step['caches'][name][0]})" for name in relisted) or "none",
+            ", ".join(f"`{key}` {count}" for key, count in top) or "none",
+        ])  # fmt: skip
+    header = ["phase", "RSS MiB", "asyncio tasks", "passes / upgrade passes", "caches listed again (lists)",
+              "requests in the last 0.5 s"]  # fmt: skip
+    return (
+        f"\n\nThe operator's memory, each time its RSS grew {GROWTH_STEP_MIB:.0f} MiB past its last high (sampled "
+        "every 0.5 s inside the operator process, `operator_bench._witness_memory`; a restarted operator starts "
+        "again from zero):\n\n" + _table(header, rows)
+    )
+
+
 def markdown(results: Sequence[FleetResult], *, plot: Path = PLOT) -> str:
     header = [
         "nodes (simulators)", "registered / healthy s", "`ready` s", "rolled out s", "operator CPU s to rolled out",
@@ -111,7 +134,8 @@ def markdown(results: Sequence[FleetResult], *, plot: Path = PLOT) -> str:
             f"{_p99(r):.2f} ({_verdict(p99_ok)}; {_slow_changes(r)})",
         ])  # fmt: skip
         notes.append(f"### {r.nodes:,} nodes\n\nCPU % (100 % = one core) / peak RSS MiB per phase; heartbeat "
-                     f"errors in the simulators: {r.heartbeat_errors}.\n\n{_usage_table(r)}")  # fmt: skip
+                     f"errors in the simulators: {r.heartbeat_errors}.\n\n{_usage_table(r)}"
+                     + _growth_table(r))  # fmt: skip
     flags = "\n".join(
         f"- {component} `{flag}`: {why}" for component, pairs in CONTROL_PLANE_FLAGS.items() for flag, why in pairs
     )

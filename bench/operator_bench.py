@@ -165,6 +165,7 @@ def _operator_child(conn: Any, kubeconfig: str, namespace: str) -> None:
         loop = asyncio.get_running_loop()
 
         diffs: Counter[str] = Counter()
+        growth: list[dict[str, Any]] = []
 
         def watch_diffs() -> None:
             """Count which fields the informers' reported changes touched (what keeps an idle operator busy)."""
@@ -195,6 +196,7 @@ def _operator_child(conn: Any, kubeconfig: str, namespace: str) -> None:
                 "requests": dict(counts), "passes": operator.passes, "failures": operator.failures,
                 "upgrade_passes": operator.upgrade_passes, "changes": changes, "upgrade_states": dict(states),
                 "diffs": dict(diffs), "upgrade_pass_seconds": list(operator.upgrade_pass_seconds),
+                "growth": list(growth),
             }  # fmt: skip
 
         def serve() -> None:  # the pipe is answered from a thread; the counters are read in the loop
@@ -206,6 +208,7 @@ def _operator_child(conn: Any, kubeconfig: str, namespace: str) -> None:
                     return
 
         threading.Thread(target=serve, daemon=True).start()
+        threading.Thread(target=_witness_memory, args=(operator, loop, counts, growth), daemon=True).start()
         conn.send("started")
         try:
             await operator.run(stop=stop, leader_election=True)
@@ -214,6 +217,43 @@ def _operator_child(conn: Any, kubeconfig: str, namespace: str) -> None:
 
     asyncio.run(main())
     conn.send("stopped")
+
+
+#: The operator's RSS must grow by this much past its last recorded high for the witness to record the moment.
+GROWTH_STEP_MIB = 16.0
+
+
+def _witness_memory(operator: Any, loop: asyncio.AbstractEventLoop, counts: Counter[str], growth: list[Any]) -> None:
+    """Record what the operator was doing each time its RSS grew by :data:`GROWTH_STEP_MIB` past its last
+    high (sampled every 0.5 s from a thread, so a busy event loop does not hide the moment): its asyncio tasks,
+    each cache's lists (a relist shows as a count going up) and size, its passes, and the requests it sent in
+    the last half second. ``at`` is the system's monotonic clock, which the bench process reads too."""
+    high, before = 0.0, dict(counts)
+    while True:
+        time.sleep(0.5)
+        rss = _memory_mib(os.getpid(), "VmRSS")
+        try:
+            now = dict(counts)
+        except RuntimeError:  # the loop counted a request meanwhile: sample again
+            continue
+        if rss >= high + GROWTH_STEP_MIB:
+            high = rss
+            try:
+                tasks = len(asyncio.all_tasks(loop))
+            except RuntimeError:  # the set changed while read from this thread: the next sample tells
+                tasks = -1
+            kube = operator.kube
+            caches = (
+                {f"{i.kind} {dict(i.labels) or ''}".strip(): [i.lists, len(i.items)] for i in kube.informers}
+                if kube
+                else {}
+            )
+            recent = {key: value - before.get(key, 0) for key, value in now.items() if value != before.get(key, 0)}
+            growth.append({
+                "at": time.monotonic(), "rss": rss, "tasks": tasks, "caches": caches, "requests": recent,
+                "passes": operator.passes, "upgrade_passes": operator.upgrade_passes,
+            })  # fmt: skip
+        before = now
 
 
 # -- measuring ----------------------------------------------------------------------------------------------
@@ -345,9 +385,22 @@ class _OperatorProcess:
         if self.conn.recv() != "started" or self.process.pid is None:
             raise RuntimeError("the operator process did not start")
         self.pid: int = self.process.pid
+        self.phases: list[tuple[float, str]] = []  # (monotonic time, phase) as each began
         self.phase = "start"
         self.peaks: dict[str, float] = {}  # phase -> highest RSS sampled in it (MiB)
         threading.Thread(target=self._sample, daemon=True).start()
+
+    @property
+    def phase(self) -> str:
+        return self.phases[-1][1]
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        self.phases.append((time.monotonic(), name))
+
+    def phase_at(self, moment: float) -> str:
+        """The phase under way at ``moment`` (the monotonic clock)."""
+        return next((name for begun, name in reversed(self.phases) if begun <= moment), self.phases[0][1])
 
     def _sample(self) -> None:
         """Sample the operator's RSS every 0.2 s, so the report can say in which phase the peak was."""

@@ -465,6 +465,22 @@ def fleet_scale_section(ctx: BenchContext) -> Section:
 SECTIONS.append(fleet_scale_section)
 
 
+def pass_profile_section(ctx: BenchContext) -> Section:
+    """The operator's CPU per spec change at 1,000, 2,500 and 5,000 nodes over the in-memory API, split by step
+    of a pass (``PASS_PROFILE_SCALES=100,200`` runs others)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import pass_profile  # noqa: PLC0415 - a sibling module, imported when this section runs
+
+    wanted = os.environ.get("PASS_PROFILE_SCALES")
+    scales = tuple(int(n) for n in wanted.split(",")) if wanted else pass_profile.SCALES
+    results = pass_profile.measure(scales, log=_log)
+    title = " and ".join(f"{r.nodes:,}" for r in results)
+    return Section(f"Where a pass's CPU goes: {title} nodes, the operator alone", pass_profile.markdown(results))
+
+
+SECTIONS.append(pass_profile_section)
+
+
 def peer_operators_section(ctx: BenchContext) -> Section:
     """Ours and NVIDIA's gpu-operator (built from the Go module proxy) on identical clusters and nodes."""
     sys.path.insert(0, str(Path(__file__).parent))
