@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fleet_bench import CONTROL_PLANE_FLAGS, LEASE_INTERVAL, STATUS_INTERVAL, FleetResult, nodes_per_sim
+from fleet_earlier import EarlierScale
 from fleet_sample import CPUS, MACHINE
 from operator_bench import GROWTH_STEP_MIB, IDLE_SECONDS, SPEC_CHANGES, Idle, _pct, _table, _verdict
 
@@ -83,6 +84,16 @@ def _usage_table(r: FleetResult) -> str:
     return _table(header, rows)
 
 
+def _kept(results: Sequence[FleetResult], earlier: Mapping[int, EarlierScale] | None) -> list[EarlierScale]:
+    """The earlier scales this run did not measure."""
+    measured = {r.nodes for r in results}
+    return [scale for nodes, scale in sorted((earlier or {}).items()) if nodes not in measured]
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
 def _growth_table(r: FleetResult) -> str:
     """The operator's RSS growth steps: what it was doing each time its memory grew (empty for a result
     measured before the witness existed)."""
@@ -106,36 +117,47 @@ def _growth_table(r: FleetResult) -> str:
     )
 
 
-def markdown(results: Sequence[FleetResult], *, plot: Path = PLOT) -> str:
+def markdown(
+    results: Sequence[FleetResult], *, plot: Path = PLOT, earlier: Mapping[int, EarlierScale] | None = None
+) -> str:
+    """The section; ``earlier``: scales an earlier run measured, kept where this run measured none."""
     header = [
         "nodes (simulators)", "registered / healthy s", "`ready` s", "rolled out s", "operator CPU s to rolled out",
         "RSS idle / peak MiB", "idle req/s (Lease)", "change p50 / p99 s", "upgrade passes while rolling out: n, "
         "p50 / max ms", "idle passes", "nodes healthy at ready / end", "pods available / wanted", "commit",
     ]  # fmt: skip
-    rows, targets, notes = [], [], []
+    rows: list[tuple[int, list[str]]] = []
+    targets: list[tuple[int, list[str]]] = []
+    notes: list[tuple[int, str]] = []
     for r in results:
         lat = r.change_latencies
         change = f"{statistics.median(lat):.2f} / {_p99(r):.2f}" if lat else "n/a"
         if r.change_timeouts:
             change += f" ({r.change_timeouts} of {SPEC_CHANGES} timed out)"
-        rows.append([
+        rows.append((r.nodes, [
             f"{r.nodes:,} ({r.sims})", f"{r.registered_s:.1f} / {_seconds(r.healthy_s)}", _seconds(r.ready_s),
             _seconds(r.rolled_out_s), f"{r.cpu_to_rolled_out_s:.1f}", f"{r.rss_idle_mib:.0f} / {r.peak_rss_mib:.0f}",
             f"{other_per_second(r.idle):.2f} ({lease_requests(r.idle) / r.idle.seconds:.2f})", change,
             _passes(r.upgrade_passes.get("policy to ready", [])), _passes(r.upgrade_passes.get("idle", [])),
             f"{r.healthy_at_ready:,} / {r.healthy_at_end:,}", f"{r.pods_at_ready[1]:,} / {r.pods_at_ready[0]:,}",
             f"`{r.commit}`" if r.commit else "n/a",
-        ])  # fmt: skip
+        ]))  # fmt: skip
         allowed = TARGET_REQUESTS_PER_SECOND_PER_1000 * r.nodes / 1000
         p99_ok = _p99(r) < TARGET_CHANGE_P99_S and not r.change_timeouts
-        targets.append([
+        targets.append((r.nodes, [
             f"{r.nodes:,}", f"{r.peak_rss_mib:.0f} ({_verdict(r.peak_rss_mib <= TARGET_RSS_MIB)}; {_peak_phase(r)})",
             f"{other_per_second(r.idle):.2f} <= {allowed:.2f} ({_verdict(other_per_second(r.idle) <= allowed)})",
             f"{_p99(r):.2f} ({_verdict(p99_ok)}; {_slow_changes(r)})",
-        ])  # fmt: skip
-        notes.append(f"### {r.nodes:,} nodes\n\nCPU % (100 % = one core) / peak RSS MiB per phase; heartbeat "
+        ]))  # fmt: skip
+        notes.append((r.nodes, f"### {r.nodes:,} nodes\n\nCPU % (100 % = one core) / peak RSS MiB per phase; heartbeat "
                      f"errors in the simulators: {r.heartbeat_errors}.\n\n{_usage_table(r)}"
-                     + _growth_table(r))  # fmt: skip
+                     + _growth_table(r)))  # fmt: skip
+    for kept in _kept(results, earlier):
+        rows.append((kept.nodes, _cells(kept.row)))
+        if kept.target_row:
+            targets.append((kept.nodes, _cells(kept.target_row)))
+        if kept.notes:
+            notes.append((kept.nodes, kept.notes))
     flags = "\n".join(
         f"- {component} `{flag}`: {why}" for component, pairs in CONTROL_PLANE_FLAGS.items() for flag, why in pairs
     )
@@ -154,13 +176,13 @@ def markdown(results: Sequence[FleetResult], *, plot: Path = PLOT) -> str:
         "the upgrade controller's own pass time (`Operator.upgrade_pass_seconds`: snapshot, plan and execute "
         "over every node), count and p50 / max. Commit: the code each scale ran (`+`: with uncommitted changes; "
         "scales reused from a store may predate later ones).\n\n"
-        + _table(header, rows)
+        + _table(header, [cells for _, cells in sorted(rows, key=lambda item: item[0])])
         + f"\n\nTargets (issue 23): peak RSS <= {TARGET_RSS_MIB:.0f} MiB; idle requests besides the Lease <= "
         f"{TARGET_REQUESTS_PER_SECOND_PER_1000:.0f}/s per 1,000 nodes; spec change p99 < {TARGET_CHANGE_P99_S:.0f} s "
         "(the issue's targets are for 5,000 nodes; smaller fleets are held to the same).\n\n"
         + _table(
             ["nodes", f"peak RSS MiB (<= {TARGET_RSS_MIB:.0f})", "idle req/s besides the Lease", "change p99 s"],
-            targets,
+            [cells for _, cells in sorted(targets, key=lambda item: item[0])],
         )
         + f"\n\n![operator cost against nodes]({plot.as_posix()})\n\n"
         "Where the time goes: every process's CPU and peak RSS in each phase (sampled every second from "
@@ -168,7 +190,7 @@ def markdown(results: Sequence[FleetResult], *, plot: Path = PLOT) -> str:
         f"out of {CPUS * 100} %, and the lowest `MemAvailable` MiB; *other processes*: the machine's busy CPU "
         "that none of this run's processes used). When *machine* is near its ceiling while "
         "the operator's share is small, the run waits for the control plane and the simulators, not for the "
-        "operator.\n\n" + "\n\n".join(notes)
+        "operator.\n\n" + "\n\n".join(text for _, text in sorted(notes, key=lambda item: item[0]))
     )
 
 
@@ -176,20 +198,29 @@ def plot_path() -> Path:
     return Path(os.environ.get(PLOT_ENV) or REPO / PLOT)
 
 
-def write_plot(results: Sequence[FleetResult], *, path: Path) -> Path:
-    """Four panels against nodes: peak RSS, CPU s to rolled out, idle req/s besides the Lease, change p99."""
+def write_plot(
+    results: Sequence[FleetResult], *, path: Path, earlier: Mapping[int, EarlierScale] | None = None
+) -> Path:
+    """Four panels against nodes: peak RSS, CPU s to rolled out, idle req/s besides the Lease, change p99
+    (with ``earlier`` scales this run did not measure)."""
     import matplotlib  # noqa: PLC0415 - only the report needs it (a dev dependency)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    nodes = [r.nodes for r in results]
+    points = sorted(
+        [(r.nodes, r.peak_rss_mib, r.cpu_to_rolled_out_s, other_per_second(r.idle), min(_p99(r), 120.0))
+         for r in results]
+        + [(e.nodes, e.peak_rss_mib, e.cpu_to_rolled_out_s, e.idle_per_second, min(e.change_p99_s, 120.0))
+           for e in _kept(results, earlier)]
+    )  # fmt: skip
+    nodes = [p[0] for p in points]
     panels = [
-        ("operator peak RSS (MiB)", [r.peak_rss_mib for r in results], [TARGET_RSS_MIB] * len(results)),
-        ("operator CPU s, policy to rolled out", [r.cpu_to_rolled_out_s for r in results], None),
-        ("idle API requests/s besides the Lease", [other_per_second(r.idle) for r in results],
+        ("operator peak RSS (MiB)", [p[1] for p in points], [TARGET_RSS_MIB] * len(points)),
+        ("operator CPU s, policy to rolled out", [p[2] for p in points], None),
+        ("idle API requests/s besides the Lease", [p[3] for p in points],
          [TARGET_REQUESTS_PER_SECOND_PER_1000 * n / 1000 for n in nodes]),
-        ("spec change p99 (s)", [min(_p99(r), 120.0) for r in results], [TARGET_CHANGE_P99_S] * len(results)),
+        ("spec change p99 (s)", [p[4] for p in points], [TARGET_CHANGE_P99_S] * len(points)),
     ]  # fmt: skip
     figure, axes = plt.subplots(2, 2, figsize=(10, 7), dpi=100)
     for axis, (title, values, target) in zip(axes.flat, panels, strict=True):

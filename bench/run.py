@@ -449,8 +449,16 @@ def fleet_scale_section(ctx: BenchContext) -> Section:
 
     results = fleet_bench.measure(binaries=ctx.binaries, scales=fleet_bench.configured_scales(), log=_log)
     ctx.results["fleet_scale"] = results
-    fleet_report.write_plot(results, path=fleet_report.plot_path())
-    scales = " and ".join(f"{r.nodes:,}" for r in results)
+    earlier: dict[int, Any] = {}
+    if os.environ.get("FLEET_BENCH_KEEP_EARLIER") == "1":
+        import fleet_earlier  # noqa: PLC0415
+
+        report = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+        earlier = fleet_earlier.earlier_scales(report.read_text(encoding="utf-8") if report.exists() else "")
+    fleet_report.write_plot(results, path=fleet_report.plot_path(), earlier=earlier)
+    measured = {r.nodes for r in results}
+    kept = sorted(n for n in earlier if n not in measured)
+    scales = " and ".join(f"{n:,}" for n in sorted([*measured, *kept]))
     store = os.environ.get("FLEET_BENCH_STORE")
     provenance = (
         f"Scales {scales}, each measured once (with `FLEET_BENCH_STORE={store}` a scale measured by an earlier "
@@ -458,7 +466,14 @@ def fleet_scale_section(ctx: BenchContext) -> Section:
         if store
         else ""
     )
-    body = provenance + fleet_report.markdown(results)
+    if kept:
+        provenance += (
+            f"Measured in this run: {' and '.join(f'{n:,}' for n in sorted(measured))} nodes. Kept from the "
+            f"previous report (`FLEET_BENCH_KEEP_EARLIER=1`, `bench/fleet_earlier.py`): "
+            f"{' and '.join(f'{n:,}' for n in kept)} nodes, their rows, tables and plot points as that run wrote "
+            "them; the commit column says which code each scale ran.\n\n"
+        )
+    body = provenance + fleet_report.markdown(results, earlier=earlier)
     return Section(f"Operator at fleet scale: {scales} simulated GPU nodes", body)
 
 
