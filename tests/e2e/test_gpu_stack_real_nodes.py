@@ -7,6 +7,9 @@ nodes, seen by that node only through its overlays) and a PCI tree showing its G
 the ClusterPolicy to ``ready`` with every default operand a real container under containerd: GPU
 discovery, toolkit (which edits the node's containerd config and makes it restart), validator (driver,
 toolkit, CUDA and plugin checks in their own containers), device plugin, GFD, exporter, MIG manager.
+real-node-2 registers with the startup taint an autoscaled node group would give it (our extension
+``startupTaint``, on in the values): every operand runs there anyway, and the operator lifts the taint once
+the node's validator pod is Ready.
 
 Then, on the real kubelet and containerd: a pod asking for 2 ``nvidia.com/gpu`` gets exactly its 2
 device nodes and the driver's files through CDI and the fake ``nvidia-smi`` in it lists exactly those 2
@@ -23,6 +26,8 @@ GPU, whose pods reach that daemon.
 
 from __future__ import annotations
 
+import calendar
+import dataclasses
 import functools
 import json
 import os
@@ -36,12 +41,14 @@ from typing import Any
 
 import pytest
 from lightkube import Client, codecs
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
 
 from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
 from gpu_operator.localcluster.waiting import wait_for
+from gpu_operator.names.keys import STARTUP_TAINT
+from gpu_operator.reconcile.startuptaint import EVENT_REASON
 from gpu_operator.sim.fakedriver.install import FakeDriver
 from gpu_operator.sim.fakedriver.nodes import attach, node_setup
 from gpu_operator.sim.hardware import pci_functions
@@ -61,6 +68,8 @@ DEFAULT_OPERANDS = {
     "nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-mig-manager",
 }  # fmt: skip
 EXPORTER_PORT = 9400
+#: real-node-2 registers as an autoscaled node group's would: held by the startup taint until validated.
+STARTUP_TAINTS = {"real-node-2": ({"key": STARTUP_TAINT, "value": "true", "effect": "NoSchedule"},)}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +82,10 @@ def gpu_cluster(
         node_images=[product_image.archive],
         node_binaries=node_binaries,
         node_hardware=[pci_functions(p) for p in PROFILES.values()],
-        node_setups=[node_setup(profile=p) for p in PROFILES.values()],
+        node_setups=[
+            dataclasses.replace(node_setup(profile=p), register_with_taints=STARTUP_TAINTS.get(n, ()))
+            for n, p in PROFILES.items()
+        ],
     )
     with cluster:
         yield cluster
@@ -95,8 +107,8 @@ def drivers(gpu_cluster: LocalCluster) -> dict[str, FakeDriver]:
 @pytest.fixture(scope="module")
 def installed(gpu_cluster: LocalCluster, kube: Client, tmp_path_factory: pytest.TempPathFactory) -> float:
     """``helm install`` with the defaults (the driver on the host); seconds until the policy is ready."""
-    seconds = install_until_ready(gpu_cluster, kube, values={"driver": {"enabled": False}},
-                                  workdir=tmp_path_factory.mktemp("values"))  # fmt: skip
+    values = {"driver": {"enabled": False}, "startupTaint": {"enabled": True}}
+    seconds = install_until_ready(gpu_cluster, kube, values=values, workdir=tmp_path_factory.mktemp("values"))
     print(f"helm install to ClusterPolicy ready on {len(PROFILES)} fake-driver nodes: {seconds:.1f} s")
     return seconds
 
@@ -212,6 +224,40 @@ def test_a_containerd_restart_leaves_the_operands_and_workloads_running(
     kube.create(codecs.from_dict(gpu_pod("after-restart", node="real-node-1", image=product_image.reference, gpus=1)))
     _, uuids = wait_for(lambda: seen_gpus(gpu_cluster, "after-restart"), timeout=90, describe="a new GPU pod")
     assert len(uuids) == 1
+
+
+def _stamp(value: Any) -> float:
+    """Seconds of an API timestamp (a string, or the datetime lightkube may decode it to)."""
+    if not isinstance(value, str):
+        return float(value.timestamp())
+    return float(calendar.timegm(time.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")))
+
+
+def test_the_startup_taint_is_lifted_from_the_tainted_node_once_its_validator_is_ready(
+    kube: Client, installed: float
+) -> None:
+    """real-node-2 registered with the startup taint: every operand ran there anyway (they tolerate it),
+    and the operator lifted the taint only once the node's validator pod was Ready; real-node-1 never had it."""
+    wait_for(lambda: _all_ready(kube), timeout=60, describe="every default operand Ready on both nodes")
+    for node in PROFILES:
+        wait_for(functools.partial(_untainted, kube, node), timeout=60, describe=f"{node} without the startup taint")
+    events = [e.to_dict() for e in kube.list(Event, namespace="default", fields={"reason": EVENT_REASON})]
+    assert sorted(e["involvedObject"]["name"] for e in events) == ["real-node-2"]
+    (event,) = events
+    lifted = _stamp(event["firstTimestamp"])
+    (validator,) = [
+        p.to_dict()
+        for p in kube.list(Pod, namespace=NAMESPACE, labels={"app": "nvidia-operator-validator"})
+        if p.spec is not None and p.spec.nodeName == "real-node-2"
+    ]
+    ready = next(c for c in validator["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+    assert _stamp(ready["lastTransitionTime"]) <= lifted, (ready, event)
+
+
+def _untainted(kube: Client, node: str) -> bool:
+    taints = (kube.get(Node, node).to_dict().get("spec") or {}).get("taints") or []
+    return all(t["key"] != STARTUP_TAINT for t in taints)
 
 
 def _status(cluster: LocalCluster, *args: str) -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -184,3 +186,15 @@ def test_a_fake_kernel_overlays_sys_module_with_the_nodes_own(tmp_path: Path) ->
     order = [lines.index(line) for line in (run_nvidia, mount, share, f"touch {spec.ready_file}")]
     assert order == sorted(order)
     assert nodespec.FAKE_KERNEL_SHARE == standin.FAKE_KERNEL_SHARE  # where the stand-in looks for it
+
+
+def _kubelet(spec: nodespec.NodeSpec) -> Any:
+    files = {"ca_file": Path("/ca"), "cert_file": Path("/c"), "key_file": Path("/k")}
+    return yaml.safe_load(nodespec.kubelet_config(spec=spec, cgroup_v1=False, **files))
+
+
+def test_kubelet_registers_the_node_with_the_setups_taints(tmp_path: Path) -> None:
+    taint = {"key": "startup-taint.cluster-autoscaler.kubernetes.io/nvidia-gpu", "value": "1", "effect": "NoSchedule"}
+    spec = dataclasses.replace(_spec(tmp_path), register_with_taints=(taint,))
+    assert _kubelet(spec)["registerWithTaints"] == [taint]
+    assert _kubelet(_spec(tmp_path))["registerWithTaints"] == []

@@ -108,12 +108,20 @@ IMAGE_VERSION_PATTERN = (
 ImageVersion = Annotated[str, StringConstraints(pattern=IMAGE_VERSION_PATTERN, max_length=400)]
 """An image tag or digest (``version`` of every image section)."""
 
+#: A label or taint key: an optional DNS-subdomain prefix and ``/``, then a name of at most 63 characters.
+_KEY_PREFIX = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+QUALIFIED_KEY_PATTERN = "^" + _KEY_PREFIX + r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+TaintKey = Annotated[str, StringConstraints(pattern=QUALIFIED_KEY_PATTERN, max_length=317)]
+"""A taint key (``startup-taint.cluster-autoscaler.kubernetes.io/nvidia-gpu``)."""
+
 #: Prose for the patterns above, used by offline validation instead of the regular expression.
 PATTERN_MESSAGES = {
     DNS_SUBDOMAIN_PATTERN: "must be a DNS subdomain name: lowercase letters, digits, '-' and '.', "
     "starting and ending with a letter or digit (e.g. my-config)",
     IMAGE_VERSION_PATTERN: "must be an image tag (letters, digits, '_', '.' and '-', at most 128, not "
     "starting with '.' or '-') or a digest such as sha256:<hex>",
+    QUALIFIED_KEY_PATTERN: "must be a taint key: an optional DNS subdomain prefix and '/', then at most 63 letters, "
+    "digits, '-', '_' and '.', starting and ending with a letter or digit (e.g. example.com/gpu-not-ready)",
 }
 
 _QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")

@@ -20,6 +20,7 @@ from gpu_operator.api.base import (
     ObjectMeta,
     ObjectName,
     Rule,
+    TaintKey,
     Toleration,
     opt,
     section,
@@ -53,6 +54,7 @@ from gpu_operator.api.telemetry import (
     NodeStatusExporterSpec,
     ServiceMonitorSpec,
 )
+from gpu_operator.names import keys
 
 GROUP = "nvidia.com"
 VERSION = "v1"
@@ -221,6 +223,19 @@ class ValidatorSpec(PodComponent):
     vgpu_devices: EnvOnly | None = opt(description="vGPU devices validation.")
 
 
+class StartupTaintSpec(ApiModel):
+    """Extension: the taint new GPU nodes register with (the cluster's node groups add it), which the operator
+    removes once the node's validator has passed, so no workload lands on a GPU stack not yet validated."""
+
+    enabled: bool | None = opt(description="Extension: remove the startup taint from validated GPU nodes "
+                               "(default false); every operand tolerates it.")  # fmt: skip
+    key: TaintKey = Field(
+        default=keys.STARTUP_TAINT,
+        description="Extension: the taint's key (any value and effect); the default's prefix is the one the "
+        "cluster autoscaler knows as a startup taint.",
+    )
+
+
 class EnabledOnly(ApiModel):
     """A feature with only an on/off switch."""
 
@@ -307,6 +322,9 @@ class ClusterPolicySpec(ApiModel):
     host_paths: HostPathsSpec = section(HostPathsSpec, description="Host paths.")
     gds: GPUDirectStorageSpec | None = opt(description="GPUDirect Storage.")
     gdrcopy: GDRCopySpec | None = opt(description="GDRCopy.")
+    startup_taint: StartupTaintSpec = section(
+        StartupTaintSpec, description="Extension: hold new GPU nodes tainted until their stack is validated."
+    )
 
 
 class ClusterPolicyStatus(ApiModel):

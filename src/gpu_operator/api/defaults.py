@@ -30,6 +30,7 @@ ENABLED_WHEN_UNSET: Final[dict[str, bool]] = {
     "ccManager": False,
     "gds": False,
     "gdrcopy": False,
+    "startupTaint": False,
 }
 
 

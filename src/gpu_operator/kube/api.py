@@ -285,6 +285,14 @@ class Kube:
         else:
             await self.client.patch(res, name, dict(body), patch_type=PatchType.MERGE)
 
+    async def json_patch(self, api_version: str, kind: str, name: str, operations: Sequence[Mapping[str, Any]]) -> None:
+        """A JSON patch (RFC 6902) of a cluster-scoped object: with a ``test`` operation first, it applies only
+        if what was read is still there (the API server answers 422 otherwise), so no other writer's change
+        to the same list is lost."""
+        self.requests += 1
+        body = [dict(op) for op in operations]
+        await self.client.patch(resource(api_version, kind), name, body, patch_type=PatchType.JSON)
+
     async def evict(self, *, namespace: str, name: str) -> Eviction:
         """Ask the Eviction API to evict a pod; PodDisruptionBudgets apply (then BLOCKED)."""
         self.requests += 1

@@ -4,7 +4,7 @@
 the operator's own code (``kube.Kube``, the informers, the Lease) runs unchanged over it.
 ``FakeApi().rest_client()`` is the simulator's JSON client (``kube.restclient``) over the same objects. It keeps
 objects by path and serves what the operator uses: get, list (label and field selectors), create,
-server-side apply and merge patches (a recursive merge; lists are replaced), ``/status`` patches,
+server-side apply, merge patches (a recursive merge; lists are replaced) and JSON patches, ``/status`` patches,
 delete, eviction and watches (replayed from the resourceVersion asked for, then live).
 
 :meth:`FakeApi.fail` injects faults by method and path: an exception the transport raises
@@ -186,6 +186,8 @@ class FakeApi(httpx.AsyncBaseTransport):
             if created in self.objects:
                 return self._status(409, f'{plural} "{meta["name"]}" already exists')
             return self._json(self._store(created, body, "ADDED"), code=201)
+        if request.method == "PATCH" and "json-patch" in request.headers.get("content-type", ""):
+            return self._json_patch(key, list(body))
         if request.method == "PATCH":
             return self._patch(key, sub, body, request.headers.get("content-type", ""))
         if request.method == "DELETE":
@@ -221,6 +223,26 @@ class FakeApi(httpx.AsyncBaseTransport):
                 queue.put_nowait(event)
         self.watchers[id(queue)] = (gv, plural, namespace, *selectors, queue)
         return httpx.Response(200, headers={"content-type": "application/json"}, stream=_WatchStream(self, queue))
+
+    def _json_patch(self, key: Key, operations: list[JSON]) -> httpx.Response:
+        """RFC 6902 ``test``, ``add``, ``replace`` and ``remove`` on object paths (``/spec/taints``): a failed
+        test is the API server's 422 and changes nothing."""
+        current = self.objects.get(key)
+        if current is None:
+            return self._status(404, f'{key[1]} "{key[3]}" not found')
+        obj = copy.deepcopy(current)
+        for op in operations:
+            *parents, last = [part.replace("~1", "/").replace("~0", "~") for part in op["path"].split("/")[1:]]
+            target = obj
+            for part in parents:
+                target = target.setdefault(part, {})
+            if op["op"] == "test" and target.get(last) != op["value"]:
+                return self._status(422, f"the test of {op['path']} failed")
+            if op["op"] in ("add", "replace"):
+                target[last] = op["value"]
+            elif op["op"] == "remove":
+                target.pop(last, None)
+        return self._json(self._store(key, obj, "MODIFIED"))
 
     def _patch(self, key: Key, sub: str, body: JSON, content_type: str) -> httpx.Response:
         current = self.objects.get(key)

@@ -24,6 +24,9 @@ DISCOVERED_OS_VERSION = "nvidia.com/gpu-discovery.os-release.VERSION_ID"
 
 # --- Node labels the operator writes ---------------------------------------------------------------
 GPU_PRESENT = "nvidia.com/gpu.present"
+#: The taint new GPU nodes register with until their stack is validated (our extension ``startupTaint``): the
+#: cluster autoscaler treats taints under this prefix as startup taints, expected to go away by themselves.
+STARTUP_TAINT = "startup-taint.cluster-autoscaler.kubernetes.io/nvidia-gpu"
 DEPLOY_PREFIX = "nvidia.com/gpu.deploy."  # + operand: "true"/"false", or "paused-for-..." by the managers
 DEPLOY_OPERANDS = "nvidia.com/gpu.deploy.operands"  # "false": no operand on this node at all
 DEPLOY_DRIVER = "nvidia.com/gpu.deploy.driver"  # "pre-installed": the host has its own driver

@@ -31,6 +31,8 @@ A change wakes the work keys that read it (one writer, one reader per fact):
   it on a timer). A validator pod only while its node waits on validation (the only nodes whose
   validators a pass reads, ``upgrade.collect``): the rollout's hundreds of validator pod changes on
   nodes that wait for nothing woke a pass each. A node entering that state wakes the pass itself.
+  A validator pod becoming Ready on a tainted node also wakes the policy reconciler, which lifts the
+  startup taint (``reconcile.startuptaint``) from nodes whose stack is validated.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 from gpu_operator.kube.informer import JSON, Informer, watching
 from gpu_operator.kube.slim import slim_config_map, slim_metadata, slim_node, slim_pod
 from gpu_operator.names import keys
+from gpu_operator.names.objects import is_ready
 from gpu_operator.render.states import PRUNE_KINDS
 from gpu_operator.upgrade.collect import DRIVER_SELECTOR, VALIDATOR_SELECTOR, VALIDATORS_NEEDED
 from gpu_operator.upgrade.model import GPU, KEY_PREFIX
@@ -76,6 +79,12 @@ def _is_driver(obj: JSON | None) -> bool:
     return all(labels.get(key) == value for key, value in DRIVER_SELECTOR.items())
 
 
+def _tainted(nodes: Informer, pod: JSON) -> bool:
+    """Whether the pod's node carries any taint (only then can it carry the startup taint)."""
+    node = nodes.items.get(("", str((pod.get("spec") or {}).get("nodeName") or "")))
+    return bool(node and (node.get("spec") or {}).get("taints"))
+
+
 def operator_informers(
     client: Any, *, namespace: str, wake_all: Wake, wake_reconciler: Wake, wake_upgrade: Wake
 ) -> tuple[Informer, ...]:
@@ -108,6 +117,8 @@ def operator_informers(
     nodes = watching(client, "v1", "Node", transform=slim_node, on_change=node_changed)
 
     def validator_changed(old: JSON | None, new: JSON | None) -> None:
+        if new is not None and is_ready(new) and (old is None or not is_ready(old)) and _tainted(nodes, new):
+            wake_reconciler()  # a validated node may carry the startup taint the reconciler lifts
         for pod in (old, new):
             node = nodes.items.get(("", str(((pod or {}).get("spec") or {}).get("nodeName") or "")))
             if node is not None and (node["metadata"].get("labels") or {}).get(GPU.state) in VALIDATORS_NEEDED:

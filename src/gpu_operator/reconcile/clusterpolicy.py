@@ -34,6 +34,7 @@ from gpu_operator.observe.status import REFUSED_CONDITION, Status, ignored_statu
 from gpu_operator.reconcile.daemonsets import readiness_of
 from gpu_operator.reconcile.nodelabels import label_changes_of
 from gpu_operator.reconcile.nvidiadriver import reconcile_drivers
+from gpu_operator.reconcile.startuptaint import lift_startup_taints
 from gpu_operator.render import (
     PRUNE_KINDS,
     ClusterFacts,
@@ -247,6 +248,7 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
         nodes = await kube.list_objects("v1", "Node")
         nodes, labelled = await label_nodes(kube, nodes=nodes, policy=policy)
         await label_namespace(kube, namespace=namespace, policy=policy)
+        await lift_startup_taints(kube, nodes=nodes, spec=policy.spec, namespace=namespace)
         facts = await gather_facts(
             kube, nodes=nodes, namespace=namespace, precompiled=bool(policy.spec.driver.use_precompiled)
         )

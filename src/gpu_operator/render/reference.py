@@ -36,6 +36,7 @@ POLICY_OWNERS: Mapping[str, str] = {
     "cdi": "nvidia-container-toolkit-daemonset, nvidia-device-plugin-daemonset, pre-requisites",
     "mig": "nvidia-device-plugin-daemonset, gpu-feature-discovery, nvidia-mig-manager",
     "psa": "the operator (Pod Security labels of its namespace)",
+    "startupTaint": "the operator (lifts the taint from validated nodes) and every state's DaemonSets (tolerate it)",
     "psp": "none: deprecated",
     "sandboxWorkloads": "the operator (node workload labels) and the sandbox states",
     "gds": "nvidia-driver-daemonset (nvidia-fs side-car)",

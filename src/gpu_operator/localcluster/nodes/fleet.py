@@ -86,6 +86,7 @@ class RealNodes:
                     fake_pci=bool(self.hardware[index - 1]) or setup.fake_pci,
                     host_overlay=setup.host_overlay,
                     fake_kernel=setup.fake_kernel,
+                    register_with_taints=setup.register_with_taints,
                 )
                 node = RealNode(spec=spec, binaries=self.binaries, pci_functions=self.hardware[index - 1])
                 self.nodes.append(node)

@@ -18,7 +18,7 @@ A node on this host is told apart from its neighbours by
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,8 @@ class NodeSpec:
     host_overlay: bool = False
     #: Whether ``/sys/module`` is overlaid with ``fake_kernel_root``: modules a fake driver "loads" there.
     fake_kernel: bool = False
+    #: Taints the kubelet registers its Node with (``registerWithTaints``), as a cloud node group's do.
+    register_with_taints: tuple[Mapping[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.index <= 250:
@@ -176,6 +178,8 @@ class NodeSetup:
     fake_pci: bool = False
     #: Called after the node's files and directories exist, before any of its processes starts.
     prepare: Callable[[NodeSpec], None] | None = None
+    #: Taints the Node registers with (``key``, ``value``, ``effect``): an autoscaled node group's startup taint.
+    register_with_taints: tuple[Mapping[str, str], ...] = ()
 
 
 def containerd_config(*, sandbox_image: str) -> str:
@@ -276,6 +280,7 @@ def kubelet_config(*, spec: NodeSpec, ca_file: Path, cert_file: Path, key_file: 
         "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False,
         "registerNode": True,
+        "registerWithTaints": [dict(taint) for taint in spec.register_with_taints],
         "maxPods": 110,
         "shutdownGracePeriod": "0s",
         "logging": {"format": "text"},
