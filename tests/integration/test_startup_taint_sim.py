@@ -23,9 +23,8 @@ from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.names.keys import STARTUP_TAINT
 from gpu_operator.names.objects import is_ready
 from gpu_operator.reconcile.startuptaint import EVENT_REASON
-from gpu_operator.sim.programs.agents import agent_registry
 from tests.integration.conftest_operator import OperatorThread
-from tests.integration.conftest_sim import OPERAND_AGENTS, SimNodesFactory, SimProgramFactory
+from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory, register_operand_agents
 
 JSON = dict[str, Any]
 HELD = {"key": STARTUP_TAINT, "value": "true", "effect": "NoSchedule"}
@@ -70,11 +69,7 @@ def test_gpu_nodes_are_untainted_only_after_their_validator_passes(
     sim_nodes: SimNodesFactory,
     sim_program: SimProgramFactory,
 ) -> None:
-    registry = agent_registry()
-    for name in OPERAND_AGENTS:
-        spec = registry.get(name)
-        assert spec is not None
-        sim_program(name, spec.entrypoint)
+    register_operand_agents(sim_program)
     dgx, l4, cpu = sim_nodes("dgx-h100:1,pcie-l4:1,cpu-only:1")
     for node, taints in ((dgx, [HELD, KEPT]), (l4, [HELD]), (cpu, [HELD])):
         client.patch(Node, node, {"spec": {"taints": taints}}, patch_type=PatchType.MERGE)

@@ -82,15 +82,22 @@ def test_the_batch_answers_as_label_changes(spec: ClusterPolicySpec) -> None:
         assert label_changes_of(LABELS, spec=spec) == [label_changes(labels, spec=spec) for labels in LABELS]
 
 
-def test_changes_are_reused_only_for_the_same_mapping_under_an_equal_spec(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per :func:`label_changes` computed (not answered from the memo)."""
+    counted_calls: list[int] = []
     real = nodelabels.label_changes
 
     def counted(labels: Any, *, spec: ClusterPolicySpec) -> Any:
-        calls.append(1)
+        counted_calls.append(1)
         return real(labels, spec=spec)
 
     monkeypatch.setattr(nodelabels, "label_changes", counted)
+    return counted_calls
+
+
+def test_changes_are_reused_only_for_the_same_mapping_under_an_equal_spec(calls: list[int]) -> None:
+    real = label_changes
     nodes = [dict(GPU), dict(GPU)]
     first = label_changes_of(nodes, spec=ClusterPolicySpec())
     first[0]["mine"] = "x"  # callers get copies: the memo is not theirs to change
@@ -179,17 +186,8 @@ def test_node_infos_are_reused_for_the_same_node_object(monkeypatch: pytest.Monk
     assert calls == ["a", "b", "b"]
 
 
-def test_a_spec_change_that_no_label_reads_keeps_the_answers_one_that_does_redoes_them(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    calls: list[int] = []
-    real = nodelabels.label_changes
-
-    def counted(labels: Any, *, spec: ClusterPolicySpec) -> Any:
-        calls.append(1)
-        return real(labels, spec=spec)
-
-    monkeypatch.setattr(nodelabels, "label_changes", counted)
+def test_a_spec_change_that_no_label_reads_keeps_the_answers_one_that_does_redoes_them(calls: list[int]) -> None:
+    real = label_changes
     nodes = [dict(GPU), {**GPU, "nvidia.com/mig.capable": "true"}]
     label_changes_of(nodes, spec=ClusterPolicySpec())
     assert len(calls) == 2
