@@ -1200,9 +1200,16 @@ static nvmlReturn_t licensable(nvmlDevice_t h, nvmlGridLicensableFeatures_t *out
 
 nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(nvmlDevice_t device, nvmlGridLicensableFeatures_t *features) { LOCKED(licensable(device, features)); }
 
-/* ---- GPM: a sample remembers its GPU; metrics between two samples are the GPU's configured percentages */
+/* ---- GPM: a sample remembers its GPU and when it was taken; metrics between two samples are the GPU's
+ * configured percentages. Samples under 100 ms apart read 100 % for DRAM activity, as a real H200's did. */
 
-struct nvmlGpmSample_st { unsigned dev; int taken; };
+struct nvmlGpmSample_st { unsigned dev; int taken; double at; };
+
+static double gpm_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static nvmlReturn_t gpm_support(nvmlDevice_t h, nvmlGpmSupport_t *out) {
     fake_dev *d;
@@ -1235,6 +1242,7 @@ static nvmlReturn_t gpm_sample(nvmlDevice_t h, nvmlGpmSample_t sample) {
     if (!d->tel.gpm || h->mig) return NVML_ERROR_NOT_SUPPORTED;
     sample->dev = (unsigned)(d - g_devs);
     sample->taken = 1;
+    sample->at = gpm_now();
     return NVML_SUCCESS;
 }
 
@@ -1248,10 +1256,12 @@ static nvmlReturn_t gpm_metrics(nvmlGpmMetricsGet_t *m) {
         m->numMetrics > NVML_GPM_METRIC_MAX)
         return NVML_ERROR_INVALID_ARGUMENT;
     fake_dev *d = &g_devs[m->sample1->dev];
+    double apart = m->sample2->at - m->sample1->at;
     for (unsigned i = 0; i < m->numMetrics; i++) {
         unsigned id = m->metrics[i].metricId;
         m->metrics[i].nvmlReturn = id < NVML_GPM_METRIC_MAX ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
         m->metrics[i].value = id < NVML_GPM_METRIC_MAX ? d->tel.gpm_pct[id] : 0.0;
+        if (id == NVML_GPM_METRIC_DRAM_BW_UTIL && (apart < 0.0 ? -apart : apart) < 0.1) m->metrics[i].value = 100.0;
     }
     return NVML_SUCCESS;
 }

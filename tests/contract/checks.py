@@ -250,6 +250,7 @@ from tests.contract import checks_readings  # noqa: E402 - registers into CHECKS
 
 CHECKS |= {
     "optional_readings": Check(checks_readings.check_optional_readings),
+    "gpm_apart": Check(checks_readings.check_gpm_compares_samples_apart),
     "xid_in_reading": Check(checks_readings.check_xid_in_reading, needs_faults=True),
 }
 

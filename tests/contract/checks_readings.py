@@ -8,10 +8,15 @@ values are checked for range, and a Hopper or later GPU must give GPM profiling 
 
 from __future__ import annotations
 
+import time
+
 from gpu_operator.gpu.catalog import GPU_MODELS
-from gpu_operator.gpu.telemetry import GPM_ARCHITECTURES, telemetry_of
+from gpu_operator.gpu.telemetry import GPM_ARCHITECTURES, GPM_MIN_INTERVAL_S, telemetry_of
 from gpu_operator.gpu.types import PROFILING_METRICS, Device, Sample
 from tests.contract.checks import Harness
+
+# Fixed, not GPM_MIN_INTERVAL_S: with that constant wrongly 0, the check must still see fresh samples compared.
+_GPM_APART_S = 0.15
 
 
 def _in_range(s: Sample) -> None:
@@ -45,6 +50,7 @@ def check_optional_readings(h: Harness) -> None:
     backend = h.backend
     devices = {d.uuid: d for d in backend.devices()}
     backend.sample()  # GPM metrics compare two GPM samples: the second reading has them
+    time.sleep(GPM_MIN_INTERVAL_S)  # as far apart as the backend compares them (real time: real NVML)
     for s in backend.sample():
         device = devices[s.uuid]
         _in_range(s)
@@ -52,6 +58,18 @@ def check_optional_readings(h: Harness) -> None:
             _as_modelled(s, device)
         elif device.architecture in GPM_ARCHITECTURES and not device.mig_enabled:
             assert set(s.profiling) == set(PROFILING_METRICS), (device.name, s.profiling)
+
+
+def check_gpm_compares_samples_apart(h: Harness) -> None:
+    """A reading sooner than the GPM interval after the last repeats its metrics, not two fresh samples'.
+
+    Compared back to back, a real H200's GPM samples said its DRAM was 100 % busy at idle.
+    """
+    backend = h.backend
+    backend.sample()
+    time.sleep(_GPM_APART_S)
+    compared = {s.uuid: s.profiling for s in backend.sample()}
+    assert {s.uuid: s.profiling for s in backend.sample()} == compared
 
 
 def check_xid_in_reading(h: Harness) -> None:

@@ -11,6 +11,7 @@ import sys
 
 from gpu_operator.agents.exporter.collector import Collector, CounterSource
 from gpu_operator.gpu.nvml import NvmlBackend
+from gpu_operator.gpu.telemetry import GPM_MIN_INTERVAL_S
 
 
 async def scrape() -> str:
@@ -18,6 +19,7 @@ async def scrape() -> str:
     try:
         collector = Collector(backend=backend, counters=CounterSource(path=None), pods=None, hostname="node")
         await collector.collect()
+        await asyncio.sleep(GPM_MIN_INTERVAL_S)  # GPM samples are compared only this far apart
         await collector.collect()
         return collector.page.body.decode()
     finally:

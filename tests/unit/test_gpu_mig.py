@@ -26,7 +26,7 @@ A100 = GPU_MODELS["a100-sxm4-40gb"].mig_profiles
         (1, 9984, 81559, 0, "1g.10gb"),  # H100: an eighth of 80 GB
         (1, 9984, 81559, 7, "1g.10gb+me"),
         (7, 80896, 81559, 4, "7g.80gb"),
-        (3, 70144, 143771, 2, "3g.71gb"),  # H200: 70.5 rounds up, not to the even 70
+        (3, 71424, 143771, 2, "3g.71gb"),  # H200: 70.5 rounds up, not to the even 70
         (1, 4864, 40960, 0xD, "1g.5gb-me"),
     ],
 )

@@ -3,17 +3,21 @@
 ``gpu.telemetry.NVML_SOURCES`` names the call behind each reading
 (``docs/reference/exporter-fields.md`` is generated from it). A call a GPU does not support leaves
 its attribute ``None`` (the exporter then leaves the series out), never a made-up 0.
-GPM metrics compare two GPM samples, so they appear from the second reading on.
+GPM metrics compare two GPM samples, so they appear from the second reading on. Two samples taken
+back to back give nonsense (a real H200 said its DRAM was 100 % busy at idle), so a new sample is
+taken only once ``GPM_MIN_INTERVAL_S`` has passed; a reading before that repeats the last metrics.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpu_operator.gpu.backend import GpuError, GpuLostError
 from gpu_operator.gpu.nvml_lib import call, field_values, nvml, optional
+from gpu_operator.gpu.telemetry import GPM_MIN_INTERVAL_S
 from gpu_operator.gpu.types import Sample
 
 if TYPE_CHECKING:
@@ -37,11 +41,14 @@ _GPM_METRICS = {
 class Readings:
     """Reads samples for one NvmlBackend and keeps each GPU's previous GPM sample."""
 
-    def __init__(self, backend: NvmlBackend) -> None:
+    def __init__(self, backend: NvmlBackend, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._backend = backend
         self._nv = nvml()
+        self._clock = clock
         self._lock = threading.Lock()
         self._gpm: dict[str, Any] = {}  # uuid -> the previous GPM sample, or None without GPM support
+        self._gpm_taken: dict[str, float] = {}  # uuid -> when that sample was taken (clock seconds)
+        self._gpm_last: dict[str, dict[str, float]] = {}  # uuid -> the metrics computed with it
         self._nvlink_ids = (
             self._nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
             self._nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
@@ -152,29 +159,32 @@ class Readings:
         return int(any(state == 1 for state in states))
 
     def _profiling(self, uuid: str, handle: Any) -> dict[str, float]:
-        """GPM metrics between the previous reading and this one (empty without GPM, or on the first)."""
+        """GPM metrics between the previous GPM sample and a new one (empty without GPM, or on the first)."""
         nv = self._nv
+        # One lock over the whole exchange: two readings at once must not both free the previous sample.
         with self._lock:
             if uuid not in self._gpm:
                 support = optional("nvmlGpmQueryDeviceSupport", nv.nvmlGpmQueryDeviceSupport, handle, default=None)
                 self._gpm[uuid] = None if support is None or not support.isSupportedDevice else False
             previous = self._gpm[uuid]
-        if previous is None:
-            return {}
-        current = call("nvmlGpmSampleAlloc", nv.nvmlGpmSampleAlloc)
-        try:
-            call("nvmlGpmSampleGet", nv.nvmlGpmSampleGet, handle, current)
-        except GpuError:
-            optional("nvmlGpmSampleFree", nv.nvmlGpmSampleFree, current, default=None)
-            raise
-        with self._lock:
-            self._gpm[uuid] = current
-        if previous is False:
-            return {}
-        try:
-            return self._metrics(previous, current)
-        finally:
-            optional("nvmlGpmSampleFree", nv.nvmlGpmSampleFree, previous, default=None)
+            if previous is None:
+                return {}
+            if previous is not False and self._clock() - self._gpm_taken[uuid] < GPM_MIN_INTERVAL_S:
+                return dict(self._gpm_last.get(uuid, {}))
+            current = call("nvmlGpmSampleAlloc", nv.nvmlGpmSampleAlloc)
+            try:
+                call("nvmlGpmSampleGet", nv.nvmlGpmSampleGet, handle, current)
+            except GpuError:
+                optional("nvmlGpmSampleFree", nv.nvmlGpmSampleFree, current, default=None)
+                raise
+            self._gpm[uuid], self._gpm_taken[uuid] = current, self._clock()
+            if previous is False:
+                return {}
+            try:
+                self._gpm_last[uuid] = self._metrics(previous, current)
+            finally:
+                optional("nvmlGpmSampleFree", nv.nvmlGpmSampleFree, previous, default=None)
+            return dict(self._gpm_last[uuid])
 
     def _metrics(self, previous: Any, current: Any) -> dict[str, float]:
         nv = self._nv

@@ -18,6 +18,8 @@ from gpu_operator.gpu.catalog import GpuModel
 HBM_MODELS = frozenset({"a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb", "b200"})
 #: Architectures with NVML's GPU performance monitoring (GPM).
 GPM_ARCHITECTURES = frozenset({"hopper", "blackwell", "rubin"})
+#: The least time between two GPM samples that are compared: back to back, a real H200's made no sense.
+GPM_MIN_INTERVAL_S = 0.1
 #: NVML's clocks-event reason for an idle GPU (nvmlClocksEventReasonGpuIdle).
 CLOCK_EVENT_GPU_IDLE = 0x1
 #: Simulated PCIe traffic at full load (KB/s, NVML's unit), sent and received.
