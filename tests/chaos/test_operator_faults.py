@@ -1,5 +1,7 @@
 """The operator's own process fails: SIGKILLed the first time each upgrade state shows up (a new process
-started at once, as its Deployment would), and the Lease holder paused with SIGSTOP past the Lease.
+started at once, as its Deployment would), a new process finding nodes in the states ours only passes
+through (left there by NVIDIA's operator, which records each), and the Lease holder paused with SIGSTOP
+past the Lease.
 
 What must hold: the rollout finishes with every driver pod replaced exactly once, every node cordoned
 once and uncordoned once, no node stepping back a state; a new process is in charge within 30 s of its
@@ -15,6 +17,7 @@ from collections.abc import Callable
 
 import pytest
 from lightkube import Client, codecs
+from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from gpu_operator.kube.api import ClusterPolicyResource
@@ -55,6 +58,7 @@ def test_operator_sigkilled_in_every_upgrade_state(
     client.create(trainer(namespace, replicas=4))
     wait_for(lambda: running(client, namespace) == 4, timeout=180, describe="4 GPU pods running", retry_on=TRANSIENT)
     killed: list[str] = []
+    at_kills: set[str] = set()  # every node's state at each kill: the nodes waiting their turn count too
     in_charge: list[float] = []
     with UpgradeWatch(client=client, nodes=names, namespace=namespace) as watch:
         client.patch(ClusterPolicyResource, "cluster-policy", {"spec": {"driver": {"version": NEW}}},
@@ -66,6 +70,7 @@ def test_operator_sigkilled_in_every_upgrade_state(
             if fresh:
                 killed.extend(fresh)
                 operator.kill()
+                at_kills.update(watch.history[n][-1] for n in names if watch.history[n])
                 started, started_at = time.monotonic(), utcnow()
                 operator.start()
                 wait_for(lambda at=started_at: held_by(client, namespace, operator, after=at), timeout=120,  # type: ignore[misc]
@@ -79,10 +84,62 @@ def test_operator_sigkilled_in_every_upgrade_state(
         assert steps_back(watch.history[node]) == [], (node, watch.history[node])
     assert watch.max_in_progress <= 1
     assert {m.POD_RESTART, m.VALIDATION} <= set(killed), killed
-    record("operator SIGKILLed in every upgrade state", states_killed_in=killed, kills=len(killed),
+    states = [s for s in m.STATES if s in at_kills - {m.UNKNOWN, m.DONE}]
+    record("operator SIGKILLed in every upgrade state", states_killed_in=states, kills=len(killed),
            back_in_charge_max_s=round(max(in_charge), 2), back_in_charge_each_s=[round(s, 1) for s in in_charge],
            allowance_s=RESTART_ALLOWANCE, nodes=len(names))  # fmt: skip
     assert max(in_charge) <= RESTART_ALLOWANCE
+
+
+#: The states our operator passes through within one pass (never recorded on a Node), as NVIDIA's
+#: operator leaves them when it stops there: (state, cordoned).
+PASSED_THROUGH = ((m.CORDON, False), (m.DRAIN, True), (m.UNCORDON, True))
+
+
+@pytest.mark.timeout(900)
+def test_a_new_process_continues_from_states_it_only_passes_through(
+    client: Client, namespace: str, nodes: Callable[[int], list[str]], operators: OperatorFactory
+) -> None:
+    names = nodes(len(PASSED_THROUGH))
+    operator = operators()
+    client.create(codecs.from_dict(policy(version=OLD, max_parallel=1)))
+    wait_states(client, names, want=m.DONE, timeout=300, describe="every node upgrade-done on the first version")
+    operator.kill()
+    # What a process stopped in each of these states leaves: a new driver version asked for, each node's state.
+    client.patch(ClusterPolicyResource, "cluster-policy", {"spec": {"driver": {"version": NEW}}},
+                 patch_type=PatchType.MERGE)  # fmt: skip
+    for node, (state, cordoned) in zip(names, PASSED_THROUGH, strict=True):
+        client.patch(Node, node, {"metadata": {"labels": {m.STATE_LABEL: state}}, "spec": {"unschedulable": cordoned}},
+                     patch_type=PatchType.MERGE)  # fmt: skip
+    with UpgradeWatch(client=client, nodes=names, namespace=namespace) as watch:
+        started, started_at = time.monotonic(), utcnow()
+        operator.start()
+        wait_for(lambda: held_by(client, namespace, operator, after=started_at), timeout=120, interval=0.1,
+                 describe="the new process holds the Lease", retry_on=TRANSIENT)  # fmt: skip
+        in_charge = time.monotonic() - started
+        wait_for(lambda: _upgraded(watch, names), timeout=600, describe="every node upgraded to the new driver",
+                 retry_on=TRANSIENT)  # fmt: skip
+        watch.catch_up()
+    for node, (state, cordoned) in zip(names, PASSED_THROUGH, strict=True):
+        assert watch.history[node][0] == state, (node, watch.history[node])
+        assert len(watch.driver_uids[node]) == 2, (node, watch.driver_uids[node])  # replaced exactly once
+        assert watch.cordon_flips[node][-1] is False, (node, watch.cordon_flips[node])
+        flips = watch.cordon_flips[node]
+        assert flips.count(False) <= 2 - cordoned, (node, flips, watch.history[node])  # never uncordoned between
+        # From the found state on, only forward (uncordon-required starts the cycle again, still cordoned).
+        assert steps_back(watch.history[node][1:]) == [], (node, watch.history[node])
+    record("operator found nodes in the states it only passes through",
+           states=[s for s, _ in PASSED_THROUGH], back_in_charge_s=round(in_charge, 2), nodes=len(names),
+           allowance_s=RESTART_ALLOWANCE)  # fmt: skip
+    assert in_charge <= RESTART_ALLOWANCE
+
+
+def _upgraded(watch: UpgradeWatch, names: list[str]) -> bool:
+    """Every node upgrade-done, uncordoned, with its driver pod replaced (two pods seen)."""
+    return all(
+        watch.history[n][-1:] == [m.DONE] and watch.cordon_flips[n][-1:] == [False] and len(watch.driver_uids[n]) >= 2
+        for n in names
+    )
 
 
 @pytest.mark.timeout(600)

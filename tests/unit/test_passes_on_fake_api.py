@@ -15,7 +15,7 @@ from gpu_operator.names import keys
 from gpu_operator.reconcile.clusterpolicy import reconcile_once
 from gpu_operator.render import OperatorSettings
 from gpu_operator.upgrade import model as m
-from gpu_operator.upgrade.controller import upgrade_pass
+from gpu_operator.upgrade.controller import ACTIVE_REQUEUE, UpgradeOutcome, upgrade_pass
 
 NS = "gpu-operator"
 OLD, NEW = "570.124.06", "580.65.06"
@@ -162,3 +162,47 @@ def test_an_outdated_driver_pod_is_cordoned_and_replaced_by_upgrade_passes() -> 
     events = _upgrade_events(api)
     assert events
     assert all(e["involvedObject"]["name"] == "gpu-1" for e in events)
+
+
+def _one_pass(api: FakeApi) -> UpgradeOutcome:
+    async def run() -> UpgradeOutcome:
+        client = api.client()
+        try:
+            return await upgrade_pass(Kube(client), namespace=NS)
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def test_no_node_is_planned_while_the_policy_has_a_spec_not_yet_applied() -> None:
+    # A restarted operator finds a node mid-upgrade and a policy changed while it was down: planned
+    # before the reconciler applies the change, the old driver pod would count as up to date.
+    api = _driver_cluster(pod_revision="old")
+    policy = api.get("nvidia.com/v1", "clusterpolicies", "cluster-policy") or {}
+    ready = next(c for c in policy["status"]["conditions"] if c["type"] == "Ready")
+    api.put({**policy, "metadata": {**policy["metadata"], "generation": ready["observedGeneration"] + 1}},
+            plural="clusterpolicies")  # fmt: skip
+    outcome = _one_pass(api)
+    assert m.STATE_LABEL not in _labels(api, "gpu-1")
+    assert "latest spec is not applied" in outcome.partitions[0].held
+    assert outcome.requeue_after == ACTIVE_REQUEUE  # looked at again soon, not only on the next change
+    _reconcile(api)  # applied: the status says which generation
+    assert _one_pass(api).partitions[0].held == ""
+    assert _labels(api, "gpu-1")[m.STATE_LABEL] == m.REQUIRED
+
+
+def test_no_node_is_planned_while_a_driver_daemonset_controller_lags_its_spec() -> None:
+    api = _driver_cluster(pod_revision="old")
+    (name,) = [n for n in _daemonsets(api) if n.startswith("nvidia-driver-daemonset")]
+    driver_set = api.get("apps/v1", "daemonsets", name, NS) or {}
+    counts = {"currentNumberScheduled": 1, "desiredNumberScheduled": 1, "numberMisscheduled": 0, "numberReady": 1}
+    lagging = {**driver_set, "metadata": {**driver_set["metadata"], "generation": 3},
+               "status": {**counts, "observedGeneration": 2}}  # fmt: skip
+    api.put(lagging, plural="daemonsets")
+    outcome = _one_pass(api)
+    assert m.STATE_LABEL not in _labels(api, "gpu-1")
+    assert name in outcome.partitions[0].held
+    api.put({**lagging, "status": {**counts, "observedGeneration": 3}}, plural="daemonsets")
+    _one_pass(api)
+    assert _labels(api, "gpu-1")[m.STATE_LABEL] == m.REQUIRED

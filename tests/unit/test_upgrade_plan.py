@@ -363,6 +363,19 @@ def test_failed_nodes_recover_when_the_driver_is_healthy(
     assert step.unschedulable is uncordon
 
 
+def test_a_node_to_uncordon_whose_driver_changed_again_is_upgraded_again_without_an_uncordon() -> None:
+    stale = node("a", m.UNCORDON, unschedulable=True, drv=driver(sync=False), pods=[pod("train")])
+    step = run([stale], knobs()).step("a")
+    assert step is not None
+    assert [t[1] for t in step.transitions][:2] == [m.CORDON, m.WAIT_FOR_JOBS]
+    assert step.unschedulable is not False  # never uncordoned in between
+    current = node("b", m.UNCORDON, unschedulable=True, drv=driver(sync=True))
+    done = run([current], knobs()).step("b")
+    assert done is not None
+    assert done.after == m.DONE
+    assert done.unschedulable is False
+
+
 def test_restart_only_fast_path_skips_eviction() -> None:
     n = node("a", m.REQUIRED, drv=driver(same_config=True, name="driver-a"), pods=[pod("train")])
     step = run([n], knobs()).step("a")

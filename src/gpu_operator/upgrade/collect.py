@@ -183,6 +183,9 @@ class Cluster:
     node_pods: dict[str, list[JSON]] = field(default_factory=dict)
     node_validators: dict[str, list[JSON]] = field(default_factory=dict)
     source: DriverSource = GPU_SOURCE
+    #: Driver DaemonSets whose controller has not observed their latest spec: their newest revision,
+    #: and so which pods are in sync, is not known yet.
+    settling: tuple[str, ...] = ()
 
     def partition_of(self, node: str) -> str:
         if node in self.drivers:
@@ -251,7 +254,8 @@ async def read_cluster(
         )
         for b in pdbs
     )
-    cluster = Cluster(nodes=nodes, drivers=drivers, budgets=budgets, source=source)
+    cluster = Cluster(nodes=nodes, drivers=drivers, budgets=budgets, source=source,
+                      settling=tuple(sorted(d["metadata"]["name"] for d in sets if _settling(d))))  # fmt: skip
     validator = source.validators
     if every_pod:
         cluster.node_pods = {name: [] for name in nodes}
@@ -280,6 +284,12 @@ async def read_cluster(
             if node_name in cluster.node_validators:
                 cluster.node_validators[node_name].append(pod)
     return cluster
+
+
+def _settling(daemonset: JSON) -> bool:
+    """The DaemonSet controller has reported on an older spec than this one (no report yet: no pods yet)."""
+    observed = (daemonset.get("status") or {}).get("observedGeneration")
+    return observed is not None and int(observed) < int(daemonset["metadata"].get("generation") or 0)
 
 
 def partitions(cluster: Cluster) -> list[str]:

@@ -53,6 +53,7 @@ class PartitionResult:
     plan: Plan | None = None
     applied: Applied = field(default_factory=Applied)
     error: str = ""
+    held: str = ""  # why nothing was planned this pass although the policy allows upgrades
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,17 +68,38 @@ class UpgradeOutcome:
                 states.update(part.counts)
         if any(n for s, n in states.items() if s not in m.IDLE_STATES and s != m.FAILED):
             return ACTIVE_REQUEUE
+        if any(part.held for part in self.partitions):
+            return ACTIVE_REQUEUE
         return FAILED_REQUEUE if states.get(m.FAILED) else None
 
 
-async def knobs_for(kube: Kube, *, max_driver_restarts: int) -> tuple[dict[str, Knobs | str], dict[str, StatusOwner]]:
-    """Partition -> its knobs (or why its policy cannot be used), and partition -> its status owner."""
+def applied_behind(doc: JSON) -> bool:
+    """Whether the policy's status says the operator last applied an older generation of its spec.
+
+    Until the reconciler has applied the new spec, the driver DaemonSets still carry the old one: a pod
+    of the old template looks up to date, and a node mid-upgrade would be finished on the old driver
+    and then upgraded a second time. A policy with no Ready condition yet has nothing to compare.
+    """
+    conditions = (doc.get("status") or {}).get("conditions") or []
+    seen = [c.get("observedGeneration") for c in conditions if c.get("type") == "Ready"]
+    generation = int(doc["metadata"].get("generation") or 0)
+    return bool(seen) and seen[0] is not None and int(seen[0]) < generation
+
+
+async def knobs_for(
+    kube: Kube, *, max_driver_restarts: int, behind: set[str] | None = None
+) -> tuple[dict[str, Knobs | str], dict[str, StatusOwner]]:
+    """Partition -> its knobs (or why its policy cannot be used), and partition -> its status owner.
+    ``behind`` gets the partitions whose policy has a spec newer than the one last applied."""
     out: dict[str, Knobs | str] = {}
     owners: dict[str, StatusOwner] = {}
+    behind = set() if behind is None else behind
     policy = active_policy(await kube.list_objects("nvidia.com/v1", "ClusterPolicy"))
     out[CLUSTER_POLICY] = Knobs(auto_upgrade=False)
     if policy is not None:
         owners[CLUSTER_POLICY] = _owner(policy)
+        if applied_behind(policy):
+            behind.add(CLUSTER_POLICY)
         try:
             spec = ClusterPolicy.model_validate(policy).spec
             sandbox = is_enabled(spec, section="sandboxWorkloads")
@@ -89,12 +111,24 @@ async def knobs_for(kube: Kube, *, max_driver_restarts: int) -> tuple[dict[str, 
     for doc in await kube.list_objects("nvidia.com/v1alpha1", "NVIDIADriver"):
         name = doc["metadata"]["name"]
         owners[name] = _owner(doc)
+        if applied_behind(doc):
+            behind.add(name)
         try:
             cr = NVIDIADriver.model_validate(doc)
             out[name] = knobs_from(cr.spec.upgrade_policy, max_driver_restarts=max_driver_restarts)
         except (ValidationError, SelectorError) as error:
             out[name] = f"NVIDIADriver {name} upgradePolicy: {error}"
     return out, owners
+
+
+def _held(partition: str, *, behind: set[str], cluster: Cluster) -> str:
+    """Why this pass must not plan ``partition`` ("" when it may): the driver DaemonSets are not yet
+    what the policy asks for, so which driver pods are up to date cannot be told."""
+    if partition in behind:
+        return f"{partition or 'the ClusterPolicy'}: its latest spec is not applied to the driver DaemonSets yet"
+    if cluster.settling:
+        return f"the DaemonSet controller has not observed the latest spec of {', '.join(cluster.settling)}"
+    return ""
 
 
 def _owner(doc: JSON) -> StatusOwner:
@@ -141,9 +175,10 @@ async def upgrade_pass(
     source = source_for(driver)
     owners: dict[str, StatusOwner] = {}
     settings: Mapping[str, Knobs | str]
+    behind: set[str] = set()
     if driver == GPU_DRIVER:
         (settings, owners), cluster, validator = await asyncio.gather(
-            knobs_for(kube, max_driver_restarts=max_driver_restarts),
+            knobs_for(kube, max_driver_restarts=max_driver_restarts, behind=behind),
             read_cluster(kube, namespace=namespace),
             kube.get("apps/v1", "DaemonSet", VALIDATOR_DAEMONSET, namespace=namespace),
         )
@@ -169,6 +204,11 @@ async def upgrade_pass(
             continue
         if knobs.validation != validation:
             knobs = dataclasses.replace(knobs, validation=validation)
+        held = _held(partition, behind=behind, cluster=cluster) if knobs.auto_upgrade else ""
+        if held:
+            log.debug("driver upgrade pass held: %s", held)
+            results.append(PartitionResult(partition=partition, knobs=knobs, counts=counts, held=held))
+            continue
         planned = plan(snapshot, knobs)
         applied = await execute(kube, planned)
         after = Counter(counts)

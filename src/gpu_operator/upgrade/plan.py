@@ -307,6 +307,13 @@ def _validation(work: Work, _slots: list[int]) -> bool:
 
 
 def _uncordon(work: Work, _slots: list[int]) -> bool:
+    driver = work.node.driver
+    if driver is not None and (not driver.in_sync or driver.orphan) and not driver.terminating:
+        # The driver changed again before the node was uncordoned (a node NVIDIA's operator left here,
+        # or a policy changed while we were down): upgrading again at once, still cordoned, spares the
+        # workloads that an uncordon would let in only to evict them at the next cordon.
+        work.move(m.CORDON, "the driver changed again before the node was uncordoned: upgrading again")
+        return True
     if work.node.held_by:
         # The other driver's upgrade still needs the node cordoned: it uncordons when it is done.
         work.finish(f"the node stays cordoned for the {work.node.held_by} driver's upgrade")
