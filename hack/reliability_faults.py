@@ -46,6 +46,13 @@ FAULTS = (
     Fault("operator SIGKILLed in every upgrade state", "tests/chaos/test_operator_faults.py",
           f"a new process at once, as a Deployment would; {_ROLLOUT}", "back_in_charge_max_s",
           "≤ 30 s from the new process's start (§9 #5); upstream's e2e allows 100 s"),
+    Fault("operator found nodes in the states it only passes through", "tests/chaos/test_operator_faults.py",
+          "ours moves through cordon-required, drain-required and uncordon-required within one pass, so no kill "
+          "finds a node there; NVIDIA's operator records them: a new process finds one node in each (with a new "
+          "driver asked for while none ran) and finishes all three: each driver pod replaced exactly once, each "
+          "node uncordoned once at the end and never in between, no step back after the found state",
+          "back_in_charge_s",
+          "≤ 30 s from the new process's start (§9 #5); upstream's e2e allows 100 s"),
     Fault("Lease holder paused (SIGSTOP) past the Lease", "tests/chaos/test_operator_faults.py",
           "the standby takes the Lease; the woken process does not take it back and runs no pass",
           "failover_s", "≤ 17 s: controller-runtime's 15 s Lease + 2 s retry (§9 #6)"),
@@ -61,9 +68,12 @@ FAULTS = (
           "a real tmpfs filled: the toolkit's real program changes no file, logs the file it could not write "
           "and why, reports not ready, succeeds on its next try once there is space", "retry_after_s",
           "its own retry period (60 s); no upstream figure"),
-    Fault("watch 410 Gone", "tests/unit/test_operator_faults.py",
-          "caches relist and loops stay healthy; on the real API server the outage above relists them "
-          "(`caches_relisted` there)", "", "§9 #7: relist without restart"),
+    Fault("watch 410 Gone", "tests/chaos/test_control_plane_outages.py",
+          f"{_OUTAGE}; every watch the operator holds is ended by the API server's 410 ERROR event (sent by "
+          "`tests/chaos/watchproxy.py`, a TLS proxy in front of the real API server) as a change arrives: "
+          "each cache lists again at once (each 410 logged as such, no back-off), every watch is open again, "
+          "the change is applied, only the changed operand's pods replaced, no node cordoned",
+          "change_applied_s", f"{_LIMITER}; §9 #7: relist without restart"),
     Fault("leader SIGKILLed, standby takes over", "tests/integration/test_leader_election_real.py",
           "a standby takes over; a clean stop hands over at once", "", "≤ 17 s (asserted, not recorded)"),
     Fault("kubelet and containerd restarted on a real node mid-upgrade", "",

@@ -4,8 +4,9 @@ it, and the operator as a real process.
 
 * ``chaos_cluster`` (session): etcd, kube-apiserver, controller-manager and scheduler.
 * ``chaos_sim`` (session): a simulator with the operand agents the driver's readiness chain needs.
-* ``operators``: ``operators()`` starts ``gpu-operator operator`` processes in the test's namespace;
-  all are stopped, and the test's ClusterPolicy deleted, after the test.
+* ``operators``: ``operators()`` starts ``gpu-operator operator`` processes in the test's namespace
+  (``kubeconfig=`` another way to the API server, such as ``watchproxy``'s); all are stopped, and
+  the test's ClusterPolicy deleted, after the test.
 """
 
 from __future__ import annotations
@@ -100,9 +101,9 @@ def nodes(chaos_sim: Simulator) -> Iterator[Callable[[int], list[str]]]:
 def operators(chaos_cluster: LocalCluster, client: Client, namespace: str, tmp_path: Path) -> Iterator[OperatorFactory]:
     started: list[OperatorProcess] = []
 
-    def make(*, name: str = "operator") -> OperatorProcess:
-        process = OperatorProcess(kubeconfig=chaos_cluster.kubeconfig_path, namespace=namespace, log_dir=tmp_path,
-                                  name=name)  # fmt: skip
+    def make(*, name: str = "operator", kubeconfig: Path | None = None) -> OperatorProcess:
+        process = OperatorProcess(kubeconfig=kubeconfig or chaos_cluster.kubeconfig_path, namespace=namespace,
+                                  log_dir=tmp_path, name=name)  # fmt: skip
         started.append(process.start())
         return process
 

@@ -1,10 +1,10 @@
 """The control plane goes away under the operator: kube-apiserver down for ``CHAOS_OUTAGE_SECONDS``
 (120 s under ``make chaos``) in the middle of a reconcile and in the middle of a rolling driver
-upgrade, and etcd restarted. What must hold: the operator process never exits or restarts, no operand
-pod is replaced that the change did not ask for, no node is left cordoned, no upgrade state is lost
-(no node steps back, each driver pod is replaced once), and the operator is in charge again (its Lease
-renewed) within seconds of the API answering: the allowance is upstream's failure limiter cap, 3 s,
-plus one Lease retry (2 s).
+upgrade, etcd restarted, and every watch of the operator ended by 410 Gone. What must hold: the
+operator process never exits or restarts, no operand pod is replaced that the change did not ask
+for, no node is left cordoned, no upgrade state is lost (no node steps back, each driver pod is
+replaced once), and the operator is in charge again (its Lease renewed) within seconds of the API
+answering: the allowance is upstream's failure limiter cap, 3 s, plus one Lease retry (2 s).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import datetime as dt
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +46,7 @@ from tests.chaos.harness import (
     utcnow,
     wait_states,
 )
+from tests.chaos.watchproxy import WatchProxy
 
 #: Back in charge after the API answers again: upstream's failure limiter cap (3 s) plus a Lease retry (2 s).
 BACK_IN_CHARGE_ALLOWANCE = 5.0
@@ -81,8 +83,10 @@ def _cordoned(client: Client, nodes: list[str]) -> list[str]:
     return [n for n, spec in specs.items() if spec is not None and spec.unschedulable]
 
 
-def _up(client: Client, nodes: list[str], operators: OperatorFactory, *, version: str = OLD) -> OperatorProcess:
-    operator = operators()
+def _up(
+    client: Client, nodes: list[str], operators: OperatorFactory, *, version: str = OLD, kubeconfig: Path | None = None
+) -> OperatorProcess:
+    operator = operators(kubeconfig=kubeconfig)
     client.create(codecs.from_dict(policy(version=version)))
     wait_states(client, nodes, want=m.DONE, timeout=300, describe="every node upgrade-done on the first version")
     wait_for(lambda: _ready(client), timeout=180, describe="ClusterPolicy ready", retry_on=TRANSIENT)
@@ -237,3 +241,49 @@ def test_etcd_restarted(
            operator_restarts=0)  # fmt: skip
     assert in_charge <= BACK_IN_CHARGE_ALLOWANCE
     assert applied <= 5.0
+
+
+@pytest.mark.timeout(600)
+def test_every_watch_ended_with_410_gone(
+    chaos_cluster: LocalCluster, client: Client, namespace: str, nodes: Callable[[int], list[str]],
+    operators: OperatorFactory, tmp_path: Path,
+) -> None:  # fmt: skip
+    """Every watch the operator holds ends with 410 Gone (``watchproxy`` sends the API server's own ERROR
+    event), and a change arrives at once: each cache lists again without backing off, the change is
+    applied, and the process neither restarts nor replaces a pod the change did not ask for."""
+    names = nodes(2)
+    with WatchProxy(chaos_cluster, directory=tmp_path) as proxy:
+        operator = _up(client, names, operators, kubeconfig=proxy.kubeconfig)
+        wait_for(lambda: proxy.open_watches("/clusterpolicies") >= 1, timeout=60,
+                 describe="the operator watching ClusterPolicies through the proxy")  # fmt: skip
+        before = _pods(client, namespace)
+        lists = operator.metric("gpu_operator_cache_lists_total")
+        started = time.monotonic()
+        ended = proxy.expire()
+        client.patch(ClusterPolicyResource, "cluster-policy",
+                     {"spec": {"devicePlugin": {"env": [{"name": "CHAOS_MARK", "value": "410"}]}}},
+                     patch_type=PatchType.MERGE)  # fmt: skip
+        relisted = _timed(lambda: operator.metric("gpu_operator_cache_lists_total") - lists >= ended,
+                          since=started, timeout=60, describe="every cache listed again")  # fmt: skip
+        applied = _timed(lambda: _plugin_env(client, namespace).get("CHAOS_MARK") == "410", since=started,
+                         timeout=60, describe="the change reached the device plugin's DaemonSet")  # fmt: skip
+        converged = _timed(lambda: _ready(client) and len(_pods(client, namespace)) == len(before), since=started,
+                           timeout=300, describe="ClusterPolicy ready again")  # fmt: skip
+        watching = proxy.open_watches()
+    log = (tmp_path / "operator-1.log").read_text(errors="replace")
+    expired = log.count("resourceVersion expired, listing again")
+    after = _pods(client, namespace)
+    replaced = {before[uid] for uid in set(before) - set(after)}
+    assert ended >= 5, f"only {ended} watches were open"  # ClusterPolicy, Nodes, DaemonSets, pods...
+    assert expired >= ended, f"{ended} watches ended with 410, {expired} taken for it:\n{log[-3000:]}"
+    assert watching >= ended, f"{watching} watches open again of {ended}"
+    assert replaced, "the device plugin's pods were not replaced"
+    assert all(who.startswith("nvidia-device-plugin") for who in replaced), replaced
+    assert operator.alive()
+    assert operator.starts == 1
+    assert operator.healthy()
+    assert _cordoned(client, names) == []
+    record("watch 410 Gone", watches_ended=ended, relisted_s=round(relisted, 2), change_applied_s=round(applied, 2),
+           converged_s=round(converged, 2), pods_replaced=len(replaced), operator_restarts=0,
+           allowance_s=BACK_IN_CHARGE_ALLOWANCE)  # fmt: skip
+    assert applied <= BACK_IN_CHARGE_ALLOWANCE, f"the change was applied {applied:.1f} s after the watches ended"
