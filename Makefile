@@ -84,8 +84,8 @@ bench: $(STAMP) kube-bin ## Run the benchmarks and write BENCHMARKS.md
 	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" $(BIN)/python bench/run.py --output BENCHMARKS.md
 
 .PHONY: reliability
-reliability: $(STAMP) kube-bin ## Property tests (1,000 cases each) and the chaos tier (120 s outages); write RELIABILITY.md
-	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" \
+reliability: $(STAMP) kube-bin node-bin containerd-bin ## Property tests (1,000 cases each) and the chaos tier (120 s outages); write RELIABILITY.md
+	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" GPU_OPERATOR_NODE_BIN_DIR="$$(bash hack/build-node.sh)" \
 	  $(BIN)/python hack/reliability.py --examples $${EXAMPLES:-1000} --outage $${OUTAGE:-120}
 
 .PHONY: chaos

@@ -26,7 +26,11 @@ import reliability_faults
 
 REPO = Path(__file__).resolve().parents[1]
 CHAOS_RESULTS = REPO / "build" / "chaos" / "results.json"
-CHAOS_TESTS = ("tests/chaos",)
+#: The chaos tier, and the real-node upgrade whose kubelet and containerd restart mid-way.
+CHAOS_TESTS = (
+    "tests/chaos",
+    "tests/e2e/test_driver_container_real_nodes.py::test_a_driver_upgrade_evicts_the_workload_first_and_ends_upgrade_done",
+)
 PROPERTY_TESTS = ("tests/unit/test_properties_inputs.py", "tests/unit/test_properties_host_configs.py")
 _HEADER = re.compile(r"^(tests/\S+\.py)::(test_\w+):\s*$")
 _COUNTS = re.compile(r"(\d+) passing, (\d+) failing")
@@ -99,9 +103,11 @@ def markdown(
             "",
             "Issue 22's fault classes. The chaos tier (`tests/chaos`, also part of `make test` with 5 s outages) "
             "runs a control plane of its own with simulated GPU nodes and the operator as a real process, "
-            "injects each fault for real (processes stopped, SIGKILLed and SIGSTOPped; a tmpfs filled), asserts "
-            "what must hold and records the figures below; times are seconds. The verdict compares the named "
-            "figure with its allowance; the test fails when it is missed.",
+            "injects each fault for real (processes stopped, SIGKILLed and SIGSTOPped; a tmpfs filled; every watch "
+            "ended with 410 Gone through a proxy), asserts what must hold and records the figures below; times are "
+            "seconds. The restart of a node's kubelet and containerd runs on two real kubelet + containerd nodes "
+            "(the e2e tier's driver-container upgrade). The verdict compares the named figure with its allowance; "
+            "the test fails when it is missed.",
             "",
             *reliability_faults.rows(faults),
             "",

@@ -13,7 +13,9 @@ driver. A pod then gets its GPUs through CDI from that root and sees the install
 ``driver.version`` upgrades the nodes one at a time (upgrade controller: cordon, evict the GPU pods,
 restart the driver pod; driver manager: unload; driver agent: install the new version) until both
 are ``upgrade-done``; each node's workload (a Deployment's pod) is evicted before its old driver pod
-goes, and comes back on the new version.
+goes, and comes back on the new version. While the first node waits for its workload to go, its
+kubelet and containerd restart (issue 22's fault): the evicted pod must still go, and the upgrade
+finish without a failed node; the figures go to the chaos results (RELIABILITY.md).
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from gpu_operator.sim.fakedriver.build import cached_build
 from gpu_operator.sim.fakedriver.image import IMAGE, REPOSITORY, DriverImage, build_driver_image, reference
 from gpu_operator.sim.fakedriver.nodes import Shape, attach, node_setup
 from gpu_operator.sim.hardware import pci_functions
+from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import STATE_LABEL
+from tests.chaos.harness import record
 from tests.chart_checks import policy_state
 from tests.conftest import REPO
 from tests.e2e.conftest import ProductImage
@@ -49,6 +53,11 @@ PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
 GPUS = {"real-node-1": 8, "real-node-2": 2}
 OLD, NEW = "580.95.05", "595.91.07"
 SHAPE: Shape = "driver-container"
+#: The node whose kubelet and containerd restart while it waits for its workload to go (it goes first).
+RESTARTED = "real-node-1"
+#: The evicted workload gone this soon after the restart: the kubelet's restart (1 s here; systemd's
+#: RestartSec is 10 s on a host) and the pod's 30 s grace period, with room for a loaded machine.
+RESTART_ALLOWANCE = 60.0
 
 
 # An OS-tagged driver image: one DaemonSet per OS tag of the GPU nodes (both nodes share this machine's).
@@ -101,6 +110,15 @@ def installed(driver_cluster: LocalCluster, kube: Client, tmp_path_factory: pyte
                                   workdir=tmp_path_factory.mktemp("values"))  # fmt: skip
     print(f"helm install to ClusterPolicy ready, driver installed by the driver container: {seconds:.1f} s")
     return seconds
+
+
+def _restart_kubelet_and_containerd(cluster: LocalCluster) -> None:
+    """The kubelet, then containerd at once: the new kubelet may start while containerd is down (it then
+    exits and the node's watcher starts it again, as systemd would)."""
+    assert cluster.real_nodes is not None
+    node = cluster.real_nodes.node(RESTARTED)
+    node.restart_kubelet()
+    node.restart_containerd()
 
 
 def _all_ready(kube: Client) -> bool:
@@ -196,9 +214,14 @@ def test_a_driver_upgrade_evicts_the_workload_first_and_ends_upgrade_done(
                            "-p", f'{{"spec": {{"driver": {{"version": "{NEW}"}}}}}}')  # fmt: skip
     workload_gone: dict[str, float] = {}
     driver_gone: dict[str, float] = {}
+    restarted: dict[str, tuple[str, float]] = {}  # node -> (its state, seconds since the patch)
 
     def upgraded() -> bool:
         now = time.monotonic() - began
+        state = _labels(kube, RESTARTED).get(STATE_LABEL, "")
+        if not restarted and state in (m.WAIT_FOR_JOBS, m.POD_DELETION):
+            _restart_kubelet_and_containerd(driver_cluster)
+            restarted[RESTARTED] = (state, time.monotonic() - began)
         for node in PROFILES:
             if node not in workload_gone and _gone(kube, pods[node][0], "default", pods[node][1]):
                 workload_gone[node] = now
@@ -213,6 +236,15 @@ def test_a_driver_upgrade_evicts_the_workload_first_and_ends_upgrade_done(
     wait_for(upgraded, timeout=480, interval=0.5, describe="both nodes upgrade-done on the new driver")
     print(f"driver upgrade {OLD} -> {NEW} on 2 nodes: {time.monotonic() - began:.1f} s; workload evicted at "
           f"{workload_gone}, old driver pod gone at {driver_gone}")  # fmt: skip
+    assert restarted, "the first node was never seen waiting for its workload to go"
+    state, at = restarted[RESTARTED]
+    real = driver_cluster.real_nodes.node(RESTARTED)  # type: ignore[union-attr]
+    gone_after = max(0.0, workload_gone[RESTARTED] - at)
+    record("kubelet and containerd restarted on a real node mid-upgrade", restarted_in=state,
+           workload_gone_after_restart_s=round(gone_after, 2), kubelet_started_again_by_watcher=real.kubelet_restarts,
+           upgrade_s=round(time.monotonic() - began, 1), nodes=len(PROFILES),
+           allowance_s=RESTART_ALLOWANCE)  # fmt: skip
+    assert gone_after <= RESTART_ALLOWANCE, f"the evicted workload went {gone_after:.1f} s after the restart"
     for node in PROFILES:
         assert workload_gone[node] <= driver_gone[node], f"{node}: the driver went before its workload"
         node_obj = kube.get(Node, node)

@@ -163,8 +163,11 @@ class LocalCluster:
         return found
 
     def is_running(self) -> bool:
-        """Every component process (real nodes' included) is alive."""
-        return bool(self._processes) and all(p.is_running() for p in self.all_processes())
+        """Every control-plane process is alive, and every real node is up (a node's containerd or kubelet
+        that exited counts as up while its watcher starts it again, see ``RealNode.is_running``)."""
+        if not self._processes or not all(p.is_running() for p in self._processes.values()):
+            return False
+        return self.real_nodes is None or all(node.is_running() for node in self.real_nodes.nodes)
 
     # -- lifecycle --------------------------------------------------------------------------------
 

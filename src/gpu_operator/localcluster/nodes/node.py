@@ -6,6 +6,12 @@ imported into it, then the kubelet inside the same namespace. Every process join
 cgroup before it executes anything, so stopping a node (or cleaning up after a killed run) is: stop the
 kubelet, then kill what is left in the node's cgroups; its mount namespace, and with it every container
 mount and network namespace, goes with its last process.
+
+containerd and the kubelet are kept running as systemd's ``Restart=always`` keeps them on a real host: a
+watcher starts either again when it exits. The kubelet needs it most: it exits at once when it starts while
+containerd is down (``validate CRI v1 runtime API ... connect: no such file or directory``), which a
+containerd restart overlapping a kubelet restart causes; without a new kubelet the node's pods are never
+terminated (a deleted pod stays Terminating, still Ready, for good).
 """
 
 from __future__ import annotations
@@ -31,6 +37,13 @@ log = logging.getLogger(__name__)
 NODE_GROUP = "system:nodes"
 #: containerd's socket inside a node's mount namespace.
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+#: Seconds before an exited kubelet is started again (systemd's ``RestartSec``, 10 s in the kubelet's unit
+#: of the Kubernetes packages: shorter here, the restarts of a test's node should not slow it down).
+KUBELET_RESTART_DELAY = 1.0
+#: Seconds before an exited containerd is started again (the toolkit's "signal" restart waits on it).
+CONTAINERD_RESTART_DELAY = 0.0
+#: The roles the watcher keeps running, with the delay before each is started again.
+SUPERVISED = {"containerd": CONTAINERD_RESTART_DELAY, "kubelet": KUBELET_RESTART_DELAY}
 
 
 def in_cgroup(*, cgroup: str, argv: Sequence[str]) -> list[str]:
@@ -67,9 +80,13 @@ class RealNode:
         self._commands: dict[str, list[str]] = {}
         #: Seconds from ``start()`` to each milestone.
         self.timings: dict[str, float] = {}
-        #: How many times containerd exited and was started again (see ``_keep_containerd_running``).
+        #: How many times containerd exited and was started again (see ``_keep_running``).
         self.containerd_restarts = 0
+        #: How many times the kubelet exited by itself and was started again (not ``restart_kubelet``).
+        self.kubelet_restarts = 0
         self._stopping = threading.Event()
+        #: Held while a supervised process is replaced, by the watcher or by ``restart_kubelet``.
+        self._replacing = threading.Lock()
         self._watcher: threading.Thread | None = None
 
     # -- start -------------------------------------------------------------------------------------
@@ -127,6 +144,9 @@ class RealNode:
         begin = time.monotonic()
         spec = self.spec
         script = nodespec.namespace_script(spec=spec)
+        # A data directory used before (``cluster up``'s is fixed) keeps the last run's ready file: waiting on
+        # it would start containerd before the bind mounts, on the host's /etc/containerd and /var/lib/containerd.
+        spec.ready_file.unlink(missing_ok=True)
         holder = self._launch("namespace", ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script])
         poll_until(spec.ready_file.exists, timeout=timeout, describe=f"{spec.name}'s mount namespace", watch=[holder])
         enter = ["nsenter", "--mount", f"--target={holder.pid}", "--"]
@@ -144,9 +164,7 @@ class RealNode:
             interval=0.05,
         )
         self.timings["containerd"] = time.monotonic() - begin
-        self._watcher = threading.Thread(
-            target=self._keep_containerd_running, name=f"{spec.name}-containerd", daemon=True
-        )
+        self._watcher = threading.Thread(target=self._keep_running, name=f"{spec.name}-watcher", daemon=True)
         self._watcher.start()
         for archive in images:
             self.import_image(archive)
@@ -158,7 +176,8 @@ class RealNode:
             kubeconfig=kdir / "kubeconfig.yaml",
             config=kdir / "config.yaml",
         )
-        self._launch("kubelet", [*enter, *argv])
+        with self._replacing:
+            self._launch("kubelet", [*enter, *argv])
         self.timings["kubelet-started"] = time.monotonic() - begin
 
     def _launch(self, role: str, argv: Sequence[str]) -> ManagedProcess:
@@ -173,17 +192,33 @@ class RealNode:
         process.start()
         return process
 
-    def _keep_containerd_running(self) -> None:
-        """Start containerd again whenever it exits, as systemd's ``Restart=always`` does on a real host:
-        the toolkit makes containerd load its new config by signalling it to exit."""
+    def _keep_running(self) -> None:
+        """Start containerd or the kubelet again whenever it exits, as systemd's ``Restart=always`` does on a
+        real host: the toolkit makes containerd load its new config by signalling it to exit, and a kubelet
+        that started while containerd was down exits (see the module's docstring)."""
+        exited: dict[str, float] = {}  # role -> when it was first seen exited
         while not self._stopping.wait(0.2):
-            process = self.processes.get("containerd")
-            if process is None or process.is_running() or self._stopping.is_set():
-                continue
+            for role, delay in SUPERVISED.items():
+                process = self.processes.get(role)
+                if process is None or process.is_running():
+                    exited.pop(role, None)
+                    continue
+                since = exited.setdefault(role, time.monotonic())
+                if time.monotonic() - since >= delay:
+                    self._start_again(role, process)
+
+    def _start_again(self, role: str, process: ManagedProcess) -> None:
+        with self._replacing:
+            # ``restart_kubelet`` or ``stop`` may have replaced or stopped it meanwhile.
+            if self._stopping.is_set() or self.processes.get(role) is not process:
+                return
             process.stop()  # reaps it and closes its log; the new one appends to the same file
-            self.containerd_restarts += 1
-            log.info("%s: containerd exited (%s); starting it again", self.spec.name, process.returncode)
-            self._launch("containerd", self._commands["containerd"])
+            if role == "containerd":
+                self.containerd_restarts += 1
+            else:
+                self.kubelet_restarts += 1
+            log.info("%s: %s exited (%s); starting it again", self.spec.name, role, process.returncode)
+            self._launch(role, self._commands[role])
 
     def restart_containerd(self) -> None:
         """Stop containerd (SIGTERM) and let the watcher start it again; its containers keep running."""
@@ -227,15 +262,21 @@ class RealNode:
     # -- state -------------------------------------------------------------------------------------
 
     def is_running(self) -> bool:
-        return bool(self.processes) and all(p.is_running() for p in self.processes.values())
+        """Whether the node is up: its namespace holder runs, and so does every other process, unless the
+        watcher is there to start it again."""
+        if not self.processes or not all(p.is_running() for r, p in self.processes.items() if r not in SUPERVISED):
+            return False
+        watched = self._watcher is not None and self._watcher.is_alive() and not self._stopping.is_set()
+        return watched or all(p.is_running() for p in self.processes.values())
 
     def pids(self) -> dict[str, int | None]:
         return {role: process.pid for role, process in self.processes.items()}
 
     def restart_kubelet(self) -> None:
         """Stop the kubelet and start it again (its pods keep running under containerd)."""
-        self.processes.pop("kubelet").stop()
-        self._launch("kubelet", self._commands["kubelet"])
+        with self._replacing:
+            self.processes.pop("kubelet").stop()
+            self._launch("kubelet", self._commands["kubelet"])
 
     def stop(self) -> None:
         """Stop the kubelet, then kill everything left in the node's cgroups."""
