@@ -54,6 +54,7 @@ from gpu_operator.api.telemetry import (
     NodeStatusExporterSpec,
     ServiceMonitorSpec,
 )
+from gpu_operator.api.windows import Schedule, TimeZone, WindowLength, WindowSchedule
 from gpu_operator.names import keys
 
 GROUP = "nvidia.com"
@@ -236,6 +237,28 @@ class StartupTaintSpec(ApiModel):
     )
 
 
+class MaintenanceWindowSpec(ApiModel):
+    """Extension: one recurring maintenance window."""
+
+    schedule: Schedule = Field(description="Extension: when the window opens, in cron form (minute hour "
+                               "day-of-month month day-of-week, e.g. '0 2 * * sat'; or @daily...).")  # fmt: skip
+    duration: WindowLength = Field(description="Extension: how long it stays open: hours and/or minutes "
+                                   "(90m, 4h, 1h30m; at most 168h).")  # fmt: skip
+
+
+class MaintenanceWindowsSpec(ApiModel):
+    """Extension: disruptive work (driver upgrades cordoning and draining a node) starts only inside these
+    windows; a node already under way finishes. Absent: any time, as NVIDIA's operator."""
+
+    time_zone: TimeZone = Field(default="UTC", description="Extension: the IANA time zone of the schedules "
+                                "(e.g. Europe/Berlin); default UTC.")  # fmt: skip
+    windows: list[MaintenanceWindowSpec] = Field(min_length=1, description="Extension: the windows; work may "
+                                                 "start while any of them is open.")  # fmt: skip
+
+    def schedule(self) -> WindowSchedule:
+        return WindowSchedule.parse(zone=self.time_zone, windows=[(w.schedule, w.duration) for w in self.windows])
+
+
 class EnabledOnly(ApiModel):
     """A feature with only an on/off switch."""
 
@@ -324,6 +347,9 @@ class ClusterPolicySpec(ApiModel):
     gdrcopy: GDRCopySpec | None = opt(description="GDRCopy.")
     startup_taint: StartupTaintSpec = section(
         StartupTaintSpec, description="Extension: hold new GPU nodes tainted until their stack is validated."
+    )
+    maintenance_windows: MaintenanceWindowsSpec | None = opt(
+        description="Extension: when disruptive work may start (cron schedules in a time zone); absent: any time."
     )
 
 

@@ -15,6 +15,7 @@ driver pods. The same pure ``plan()`` the operator runs produces it. ``-o json``
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpu_operator.api.validation import DocumentError, load_file
+from gpu_operator.api.windows import WindowSchedule
 from gpu_operator.names import network
 from gpu_operator.upgrade.drivers import CLUSTER_POLICY, DRIVERS, GPU_DRIVER, OFED_DRIVER
 from gpu_operator.upgrade.preview import Preview, preview
@@ -41,6 +43,12 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def _at(proposal: Proposal, seconds: float) -> str:
+    """When a wave starts as a wall-clock time: in the maintenance windows' zone, else UTC."""
+    windows = proposal.knobs.windows or WindowSchedule(zone=dt.UTC, windows=())
+    return windows.iso(proposal.snapshot.now + seconds)
+
+
 def to_json(result: Preview, proposal: Proposal) -> dict[str, Any]:
     knobs = result.knobs
     return {
@@ -52,7 +60,16 @@ def to_json(result: Preview, proposal: Proposal) -> dict[str, Any]:
         "installSecondsMeasured": proposal.measured,
         "validationSeconds": proposal.validation_seconds,
         "estimatedSeconds": result.estimated_seconds,
-        "waves": [{"index": w.index, "startSeconds": w.start_seconds, "nodes": list(w.nodes)} for w in result.waves],
+        "maintenanceWindows": knobs.windows.summary() if knobs.windows else None,
+        "waves": [
+            {
+                "index": w.index,
+                "startSeconds": w.start_seconds,
+                "startsAt": _at(proposal, w.start_seconds),
+                "nodes": list(w.nodes),
+            }
+            for w in result.waves
+        ],
         "nodes": [
             {
                 "node": f.node,
@@ -83,11 +100,14 @@ def print_preview(console: Console, result: Preview, proposal: Proposal) -> None
         f"at {_duration(result.install_seconds)} install + {_duration(proposal.validation_seconds)} validation "
         f"per node ({source})"
     )
+    if knobs.windows is not None:
+        console.print(f"Nodes start only inside the maintenance windows: {knobs.windows.summary()}")
     waves = Table(title="Waves")
-    for column in ("wave", "starts after", "nodes"):
+    for column in ("wave", "starts after", "starts at", "nodes"):
         waves.add_column(column)
     for wave in result.waves:
-        waves.add_row(str(wave.index), _duration(wave.start_seconds), ", ".join(wave.nodes))
+        waves.add_row(str(wave.index), _duration(wave.start_seconds), _at(proposal, wave.start_seconds),
+                      ", ".join(wave.nodes))  # fmt: skip
     console.print(waves)
     nodes = Table(title="Nodes")
     for column in ("node", "driver", "wave", "evicts", "waits for", "outcome / blockers"):

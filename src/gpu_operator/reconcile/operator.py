@@ -90,6 +90,7 @@ class Operator:
     supervisor: Supervisor | None = None  # while running
     reconcile_stats: LoopStats = field(default_factory=LoopStats)
     upgrade_stats: LoopStats = field(default_factory=LoopStats)
+    clock: Callable[[], float] = time.time  # the upgrade planner's "now" (maintenance windows, timeouts)
 
     @property
     def passes(self) -> int:
@@ -167,7 +168,10 @@ class Operator:
     async def _upgrade(self) -> Result:
         begun = time.monotonic()
         self.upgrades = await upgrade_pass(
-            self._running_kube(), namespace=self.namespace, max_driver_restarts=self.max_driver_restarts
+            self._running_kube(),
+            namespace=self.namespace,
+            max_driver_restarts=self.max_driver_restarts,
+            now=self.clock(),
         )
         self.upgrade_pass_seconds.append(time.monotonic() - begun)
         return Result(after=self.upgrades.requeue_after or None)
@@ -184,16 +188,18 @@ class OperatorThread(LoopThread):
         namespace: str,
         max_driver_restarts: int | None = None,
         settings: OperatorSettings | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.kubeconfig, self.namespace = kubeconfig, namespace
         self.max_driver_restarts = max_driver_restarts
+        self.clock = clock
         self.settings = settings or OperatorSettings()
         self.operator: Operator | None = None
         super().__init__(name="gpu-operator", main=self._operate)
 
     async def _operate(self, stop: asyncio.Event) -> None:
         client = async_client(kubeconfig=self.kubeconfig)
-        self.operator = Operator(client=client, namespace=self.namespace, settings=self.settings)
+        self.operator = Operator(client=client, namespace=self.namespace, settings=self.settings, clock=self.clock)
         if self.max_driver_restarts is not None:
             self.operator.max_driver_restarts = self.max_driver_restarts
         try:

@@ -37,6 +37,7 @@ POLICY_OWNERS: Mapping[str, str] = {
     "mig": "nvidia-device-plugin-daemonset, gpu-feature-discovery, nvidia-mig-manager",
     "psa": "the operator (Pod Security labels of its namespace)",
     "startupTaint": "the operator (lifts the taint from validated nodes) and every state's DaemonSets (tolerate it)",
+    "maintenanceWindows": "the upgrade controller (when a node may start a driver upgrade) and `upgrade plan`",
     "psp": "none: deprecated",
     "sandboxWorkloads": "the operator (node workload labels) and the sandbox states",
     "gds": "nvidia-driver-daemonset (nvidia-fs side-car)",

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from gpu_operator.api.clusterpolicy import ClusterPolicy, active_policy
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.api.nvidiadriver import NVIDIADriver
+from gpu_operator.api.windows import WindowSchedule
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.kube.typed import ApiError
 from gpu_operator.names import network
@@ -42,6 +43,7 @@ from gpu_operator.upgrade.status import StatusOwner, summary, write_status
 log = logging.getLogger(__name__)
 VALIDATOR_DAEMONSET = "nvidia-operator-validator"
 ACTIVE_REQUEUE = 1.0  # seconds between passes while a node is mid-upgrade
+WINDOW_RECHECK = 300.0  # at most this long asleep while nodes wait for a maintenance window
 FAILED_REQUEUE = 30.0  # failed nodes are re-checked for recovery
 
 
@@ -54,6 +56,7 @@ class PartitionResult:
     applied: Applied = field(default_factory=Applied)
     error: str = ""
     held: str = ""  # why nothing was planned this pass although the policy allows upgrades
+    wake_in: float | None = None  # seconds until a maintenance window opens for nodes waiting for one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +73,10 @@ class UpgradeOutcome:
             return ACTIVE_REQUEUE
         if any(part.held for part in self.partitions):
             return ACTIVE_REQUEUE
-        return FAILED_REQUEUE if states.get(m.FAILED) else None
+        waits = [min(max(p.wake_in, ACTIVE_REQUEUE), WINDOW_RECHECK) for p in self.partitions if p.wake_in is not None]
+        if states.get(m.FAILED):
+            waits.append(FAILED_REQUEUE)
+        return min(waits) if waits else None
 
 
 def applied_behind(doc: JSON) -> bool:
@@ -96,6 +102,7 @@ async def knobs_for(
     behind = set() if behind is None else behind
     policy = active_policy(await kube.list_objects("nvidia.com/v1", "ClusterPolicy"))
     out[CLUSTER_POLICY] = Knobs(auto_upgrade=False)
+    windows: WindowSchedule | None = None  # the ClusterPolicy's windows hold every driver's rollout
     if policy is not None:
         owners[CLUSTER_POLICY] = _owner(policy)
         if applied_behind(policy):
@@ -103,11 +110,12 @@ async def knobs_for(
         try:
             spec = ClusterPolicy.model_validate(policy).spec
             sandbox = is_enabled(spec, section="sandboxWorkloads")
+            windows = spec.maintenance_windows.schedule() if spec.maintenance_windows else None
             out[CLUSTER_POLICY] = knobs_from(
-                spec.driver.upgrade_policy, sandbox=sandbox, max_driver_restarts=max_driver_restarts
+                spec.driver.upgrade_policy, sandbox=sandbox, max_driver_restarts=max_driver_restarts, windows=windows
             )
         except (ValidationError, SelectorError) as error:
-            out[CLUSTER_POLICY] = f"ClusterPolicy driver.upgradePolicy: {error}"
+            out[CLUSTER_POLICY] = f"ClusterPolicy driver.upgradePolicy or maintenanceWindows: {error}"
     for doc in await kube.list_objects("nvidia.com/v1alpha1", "NVIDIADriver"):
         name = doc["metadata"]["name"]
         owners[name] = _owner(doc)
@@ -115,7 +123,7 @@ async def knobs_for(
             behind.add(name)
         try:
             cr = NVIDIADriver.model_validate(doc)
-            out[name] = knobs_from(cr.spec.upgrade_policy, max_driver_restarts=max_driver_restarts)
+            out[name] = knobs_from(cr.spec.upgrade_policy, max_driver_restarts=max_driver_restarts, windows=windows)
         except (ValidationError, SelectorError) as error:
             out[name] = f"NVIDIADriver {name} upgradePolicy: {error}"
     return out, owners
@@ -217,7 +225,9 @@ async def upgrade_pass(
             after[step.after or m.UNKNOWN] += 1
         if not knobs.auto_upgrade:
             after = Counter[str]()
-        results.append(PartitionResult(partition=partition, knobs=knobs, counts=+after, plan=planned, applied=applied))
+        wake = None if planned.window_opens is None else planned.window_opens - moment
+        results.append(PartitionResult(partition=partition, knobs=knobs, counts=+after, plan=planned, applied=applied,
+                                       wake_in=wake))  # fmt: skip
         if partition in owners:
             desired = summary(knobs=knobs, counts=+after, plan=planned)
             await write_status(kube, owner=owners[partition], desired=desired)

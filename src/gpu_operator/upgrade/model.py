@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_operator.api.windows import WindowSchedule
 from gpu_operator.names import keys
 from gpu_operator.names.keys import UpgradeKeys
 from gpu_operator.names.pods import PodView
@@ -200,6 +201,7 @@ class Knobs:
     validation: bool = True
     validation_timeout: float = VALIDATION_TIMEOUT
     max_driver_restarts: int = MAX_DRIVER_RESTARTS
+    windows: WindowSchedule | None = None  # our maintenance windows: nodes start only inside them
 
     def unavailable_cap(self, *, managed: int) -> int | None:
         """maxUnavailable as a node count: percentages of the managed nodes, rounded up."""
@@ -211,8 +213,15 @@ class Knobs:
         return int(value)
 
 
-def knobs_from(policy: Any, *, sandbox: bool = False, max_driver_restarts: int = MAX_DRIVER_RESTARTS) -> Knobs:
-    """Knobs from a ``DriverUpgradePolicy`` model (None = upgrades off; sandbox workloads turn them off)."""
+def knobs_from(
+    policy: Any,
+    *,
+    sandbox: bool = False,
+    max_driver_restarts: int = MAX_DRIVER_RESTARTS,
+    windows: WindowSchedule | None = None,
+) -> Knobs:
+    """Knobs from a ``DriverUpgradePolicy`` model (None = upgrades off; sandbox workloads turn them off);
+    ``windows``: the ClusterPolicy's maintenance windows, which every driver's rollout keeps to."""
     if policy is None or sandbox or not policy.auto_upgrade:
         return Knobs(auto_upgrade=False)
     wait, deletion, drain = policy.wait_for_completion, policy.pod_deletion, policy.drain
@@ -231,4 +240,5 @@ def knobs_from(policy: Any, *, sandbox: bool = False, max_driver_restarts: int =
         drain_timeout=float(drain.timeout_seconds) if drain else 300.0,
         drain_empty_dir=bool(drain and drain.delete_empty_dir),
         max_driver_restarts=max_driver_restarts,
+        windows=windows,
     )

@@ -28,6 +28,8 @@ from gpu_operator.upgrade.steps import Step, Work, node_pods_to_drain, pods_to_d
 
 #: No node walks more states than this in one pass (a guard: the machine has no cycles within a pass).
 MAX_CHAIN = len(m.STATES)
+#: How a node waiting for a maintenance window says so (the controller wakes when the next one opens).
+WINDOW_CLOSED = "outside the maintenance windows"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +39,7 @@ class Plan:
     started: tuple[str, ...]  # nodes that left upgrade-required in this pass
     blocked: Mapping[str, str]  # idle nodes that need an upgrade but did not start: why
     keys: UpgradeKeys = m.GPU  # the driver the steps are about (their Events' reason)
+    window_opens: float | None = None  # a node waits for a maintenance window: when the next one opens
 
     def step(self, node: str) -> Step | None:
         return next((s for s in self.steps if s.node == node), None)
@@ -89,7 +92,11 @@ def plan(snapshot: Snapshot, knobs: Knobs) -> Plan:
                 blocked[node.name] = step.waiting
             if step.acts or step.waiting:
                 steps.append(step)
-    return Plan(steps=tuple(steps), slots=slots, started=tuple(started), blocked=blocked, keys=snapshot.keys)
+    windows = knobs.windows
+    waiting = windows is not None and any(s.waiting.startswith(WINDOW_CLOSED) for s in steps)
+    opens = windows.next_open(snapshot.now) if windows is not None and waiting else None
+    return Plan(steps=tuple(steps), slots=slots, started=tuple(started), blocked=blocked, keys=snapshot.keys,
+                window_opens=opens)  # fmt: skip
 
 
 def _switched_off(node: NodeView) -> Step | None:
@@ -147,6 +154,8 @@ def _required(work: Work, slots: list[int]) -> bool:
     if node.skipped:
         work.wait(f"skipped: node label {k.skip}=true")
         return False
+    if not _window_open(work):
+        return False
     if slots[0] > 0:
         slots[0] -= 1
     elif not node.unschedulable:
@@ -163,6 +172,17 @@ def _required(work: Work, slots: list[int]) -> bool:
         return True
     work.move(m.CORDON, "upgrade slot taken")
     return True
+
+
+def _window_open(work: Work) -> bool:
+    """Whether a node may start now; if not, it waits saying when the next window opens. A node already
+    under way is never stopped by a window closing: leaving it cordoned half-way helps nobody."""
+    windows, now = work.knobs.windows, work.snapshot.now
+    if windows is None or windows.is_open(now):
+        return True
+    opens = windows.next_open(now)
+    work.wait(f"{WINDOW_CLOSED}: " + (f"the next opens {windows.describe(opens)}" if opens else "none opens again"))
+    return False
 
 
 def _initially_cordoned(node: NodeView) -> str | None:

@@ -6,8 +6,10 @@ PodDisruptionBudget allows no disruption), a deleted driver pod comes back in sy
 ``install_seconds`` later, the validator passes ``validation_seconds`` after that. When no step changes anything
 the clock jumps to the next moment something can happen (a driver becoming ready, a timeout). Nodes
 that start in the same pass form a wave. The result names, per node, its wave, the pods it will
-evict, the jobs it waits for and what blocks it, and the estimated duration. Because the live
-controller picks nodes with the same function and the same order, the rollout follows the preview.
+evict, the jobs it waits for and what blocks it, and the estimated duration. With maintenance windows
+the clock also jumps to the next opening while nodes wait for one, so each wave's start is the time
+it will really start. Because the live controller picks nodes with the same function and the same
+order, the rollout follows the preview.
 """
 
 from __future__ import annotations
@@ -135,6 +137,11 @@ class _Virtual:
             key, timeout = timers.get(node.state, ("", 0.0))
             if key and timeout > 0 and key in node.annotations:
                 moments.append(float(node.annotations[key]) + timeout)
+        windows = knobs.windows
+        if windows is not None and any(n.state == m.REQUIRED and not n.skipped for n in self.nodes.values()):
+            opens = windows.next_open(now)  # nodes wait for a maintenance window: it opens then
+            if opens is not None:
+                moments.append(opens)
         later = [t for t in moments if t > now]
         return min(later) if later else None
 

@@ -129,7 +129,8 @@ async def build_proposal(kube: Kube, *, namespace: str, policy_doc: dict[str, An
                         validation_seconds=validation, notes=notes)  # fmt: skip
     policy = ClusterPolicy.model_validate(policy_doc)
     sandbox = is_enabled(policy.spec, section="sandboxWorkloads")
-    knobs = knobs_from(policy.spec.driver.upgrade_policy, sandbox=sandbox)
+    windows = policy.spec.maintenance_windows.schedule() if policy.spec.maintenance_windows else None
+    knobs = knobs_from(policy.spec.driver.upgrade_policy, sandbox=sandbox, windows=windows)
     live_policies = await kube.list_objects("nvidia.com/v1", "ClusterPolicy")
     live_policy = next((p for p in live_policies if p["metadata"]["name"] == policy.metadata.name), None)
     templates = await _proposed_templates(

@@ -2,7 +2,8 @@
 
 The upgrade controller is the only writer of this field (the reconcilers write state and conditions
 with merge patches that leave it alone). It says whether auto-upgrade is on, how many managed nodes
-are in each upgrade state, and a one-line summary naming the first failed node and why. It is written
+are in each upgrade state, and a one-line summary naming the first failed node and why (and, while
+nodes wait for a maintenance window, when the next one opens). It is written
 only when it changes, so a steady cluster costs no status writes.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 from gpu_operator.kube.api import Kube
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import Knobs
-from gpu_operator.upgrade.plan import Plan
+from gpu_operator.upgrade.plan import WINDOW_CLOSED, Plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +43,9 @@ def summary(*, knobs: Knobs, counts: Mapping[str, int], plan: Plan | None) -> di
     failed = next((s for s in plan.steps if s.after == m.FAILED and s.waiting), None) if plan else None
     if failed is not None:
         message += f"; {failed.node}: {failed.waiting}"
+    windowed = next((s for s in plan.steps if s.waiting.startswith(WINDOW_CLOSED)), None) if plan else None
+    if windowed is not None:  # say why the waiting nodes wait, and until when
+        message += f"; {windowed.waiting}"
     return {"autoUpgrade": True, "nodes": nodes, "message": message[:1024]}
 
 

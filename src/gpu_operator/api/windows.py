@@ -1,0 +1,216 @@
+"""Maintenance windows (our extension): when disruptive work may start, as cron schedules in a time zone.
+
+A window opens at each time its ``schedule`` names (five cron fields: minute, hour, day of month,
+month, day of week, or one of ``@hourly @daily @weekly @monthly @yearly``) and stays open for its
+``duration`` (``90m``, ``4h``, ``1h30m``). Times are wall-clock times of ``timeZone`` (an IANA name; UTC
+by default), so "02:00 on Saturdays" stays 02:00 across daylight-saving changes. As in Vixie cron,
+when both day fields are restricted a day matching either one counts.
+
+Pure: parsing refuses bad input with a message the offline validator puts next to the field, and
+:class:`WindowSchedule` answers "open at t?" and "next opening after t?" for an epoch time it is
+given (no clock here).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import re
+import zoneinfo
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
+
+_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12), ("day of week", 0, 7))
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_NAMES = {3: {m: i + 1 for i, m in enumerate(_MONTHS)}, 4: {d: i for i, d in enumerate(_WEEKDAYS)}}
+_MACROS = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+}
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?$")
+DURATION_PATTERN = _DURATION.pattern
+HORIZON_DAYS = 5 * 366  # a schedule that names no time within this never opens (e.g. 30 February)
+
+
+@dataclass(frozen=True)
+class Cron:
+    """The minutes, hours, days, months and weekdays (0 = Sunday) a schedule names."""
+
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]
+    either_day: bool  # both day fields restricted: a day matching either counts
+
+    def day_matches(self, day: dt.datetime) -> bool:
+        weekday = (day.weekday() + 1) % 7  # Python: Monday 0; cron: Sunday 0
+        by_month, by_week = day.day in self.days, weekday in self.weekdays
+        return (by_month or by_week) if self.either_day else (by_month and by_week)
+
+    def next_start(self, after: dt.datetime) -> dt.datetime | None:
+        """The first naive wall-clock minute at or after ``after`` the schedule names (None past the horizon)."""
+        t = after.replace(second=0, microsecond=0) + (dt.timedelta(minutes=1) if after.second or after.microsecond
+                                                      else dt.timedelta())  # fmt: skip
+        limit = after + dt.timedelta(days=HORIZON_DAYS)
+        while t <= limit:
+            if t.month not in self.months:
+                t = (t.replace(day=1, hour=0, minute=0) + dt.timedelta(days=32)).replace(day=1)
+            elif not self.day_matches(t):
+                t = t.replace(hour=0, minute=0) + dt.timedelta(days=1)
+            elif t.hour not in self.hours:
+                t = t.replace(minute=0) + dt.timedelta(hours=1)
+            elif t.minute not in self.minutes:
+                t += dt.timedelta(minutes=1)
+            else:
+                return t
+        return None
+
+
+def parse_cron(text: str) -> Cron:
+    """A schedule's five fields, or ValueError saying which field is wrong and why."""
+    fields = _MACROS.get(text.strip().lower(), text).split()
+    if len(fields) != len(_FIELDS):
+        raise ValueError(f"must have 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}")
+    sets = [_field(value, index) for index, value in enumerate(fields)]
+    weekdays = frozenset(d % 7 for d in sets[4])
+    cron = Cron(minutes=sets[0], hours=sets[1], days=sets[2], months=sets[3], weekdays=weekdays,
+                either_day=not fields[2].startswith("*") and not fields[4].startswith("*"))  # fmt: skip
+    if cron.next_start(dt.datetime(2000, 1, 1)) is None:
+        raise ValueError(f"{text!r} names no time that exists (e.g. a day a month does not have)")
+    return cron
+
+
+def _field(text: str, index: int) -> frozenset[int]:
+    name, low, high = _FIELDS[index]
+    out: set[int] = set()
+    for item in text.lower().split(","):
+        span, _, step_text = item.partition("/")
+        if span == "*":
+            first, last = low, high
+        else:
+            start, dash, end = span.partition("-")
+            first = _number(start, index)
+            last = _number(end, index) if dash else (high if step_text else first)
+        step = int(step_text) if step_text.isdigit() and int(step_text) > 0 else None
+        if step_text and step is None:
+            raise ValueError(f"{name}: step {step_text!r} must be a positive number")
+        if not low <= first <= last <= high:
+            raise ValueError(f"{name}: {item!r} is outside {low}-{high} or runs backwards")
+        out.update(range(first, last + 1, step or 1))
+    return frozenset(out)
+
+
+def _number(text: str, index: int) -> int:
+    name = _FIELDS[index][0]
+    if text.isdigit():
+        return int(text)
+    if text in _NAMES.get(index, {}):
+        return _NAMES[index][text]
+    raise ValueError(f"{name}: {text!r} is not a number" + (" or a name" if index in _NAMES else ""))
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """``90m``, ``4h``, ``1h30m`` as a timedelta; ValueError when malformed, zero or longer than a week."""
+    match = _DURATION.match(text)
+    if not text or match is None:
+        raise ValueError(f"{text!r} must be hours and/or minutes, such as 90m, 4h or 1h30m")
+    length = dt.timedelta(hours=int(match.group(1) or 0), minutes=int(match.group(2) or 0))
+    if not dt.timedelta(minutes=1) <= length <= dt.timedelta(days=7):
+        raise ValueError(f"{text!r} must be between 1m and 168h")
+    return length
+
+
+def parse_zone(name: str) -> zoneinfo.ZoneInfo:
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as error:
+        raise ValueError(f"{name!r} is not an IANA time zone name (such as UTC or Europe/Berlin)") from error
+
+
+def _checked(kind: str, parse: Callable[[str], object]) -> AfterValidator:
+    def check(value: str) -> str:
+        try:
+            parse(value)
+        except ValueError as error:
+            raise PydanticCustomError(kind, "{why}", {"why": str(error)}) from None
+        return value
+
+    return AfterValidator(check)
+
+
+Schedule = Annotated[str, _checked("cron_schedule", parse_cron)]
+WindowLength = Annotated[str, _checked("window_duration", parse_duration)]
+TimeZone = Annotated[str, _checked("time_zone", parse_zone)]
+
+
+@dataclass(frozen=True)
+class WindowSchedule:
+    """Windows in one time zone: ``(schedule, length)`` pairs, evaluated at epoch seconds."""
+
+    zone: dt.tzinfo
+    windows: tuple[tuple[Cron, dt.timedelta], ...]
+    zone_name: str = "UTC"
+    source: tuple[tuple[str, str], ...] = ()  # (schedule, duration) as written, for messages
+
+    @classmethod
+    def parse(cls, *, zone: str, windows: list[tuple[str, str]]) -> WindowSchedule:
+        parsed = tuple((parse_cron(s), parse_duration(d)) for s, d in windows)
+        return cls(zone=parse_zone(zone), windows=parsed, zone_name=zone, source=tuple(windows))
+
+    def summary(self) -> str:
+        """``'0 2 * * sat' for 4h, ... (Europe/Berlin)``."""
+        return ", ".join(f"'{s}' for {d}" for s, d in self.source) + f" ({self.zone_name})"
+
+    def iso(self, t: float) -> str:
+        return dt.datetime.fromtimestamp(t, self.zone).isoformat(timespec="minutes")
+
+    def _local(self, t: float) -> dt.datetime:
+        return dt.datetime.fromtimestamp(t, self.zone).replace(tzinfo=None)
+
+    def _epoch(self, local: dt.datetime) -> float:
+        return local.replace(tzinfo=self.zone).timestamp()
+
+    def closes_at(self, t: float) -> float | None:
+        """When the windows open at ``t`` close (the latest of them), or None when none is open."""
+        return _closes_at(self, t)
+
+    def _closes_at(self, t: float) -> float | None:
+        ends = []
+        for cron, length in self.windows:
+            # The last opening at or before t: the first one after t - length, if it is not after t.
+            start = cron.next_start(self._local(t - length.total_seconds() + 1))
+            if start is not None and self._epoch(start) <= t:
+                ends.append(self._epoch(start) + length.total_seconds())
+        return max(ends) if ends else None
+
+    def is_open(self, t: float) -> bool:
+        return self.closes_at(t) is not None
+
+    def next_open(self, t: float) -> float | None:
+        """``t`` when a window is open then, else the next opening (None: never again)."""
+        if self.is_open(t):
+            return t
+        starts = [cron.next_start(self._local(t)) for cron, _ in self.windows]
+        found = [self._epoch(s) for s in starts if s is not None]
+        return min(found) if found else None
+
+    def describe(self, t: float) -> str:
+        """An epoch time as wall-clock time in the windows' zone, for messages."""
+        return dt.datetime.fromtimestamp(t, self.zone).strftime(f"%Y-%m-%d %H:%M {self.zone_name}")
+
+
+@functools.lru_cache(maxsize=64)
+def _closes_at(schedule: WindowSchedule, t: float) -> float | None:
+    # One pass asks for every waiting node at the same ``t``: answered once.
+    return schedule._closes_at(t)
