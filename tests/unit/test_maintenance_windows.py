@@ -4,6 +4,7 @@ upgrade planner, the controller's requeue and the preview keep to them (all at i
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import zoneinfo
 
@@ -16,6 +17,7 @@ from gpu_operator.upgrade.controller import ACTIVE_REQUEUE, WINDOW_RECHECK, Part
 from gpu_operator.upgrade.model import Snapshot
 from gpu_operator.upgrade.plan import WINDOW_CLOSED
 from gpu_operator.upgrade.preview import preview
+from tests.unit.test_render_states import env, pod
 from tests.unit.upgrade_builders import after, driver, knobs, node, run
 
 BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
@@ -164,3 +166,10 @@ def test_the_preview_starts_each_wave_when_a_window_is_open() -> None:
     nightly = preview(snapshot, knobs(windows=short, max_parallel=1), install_seconds=50 * 60)
     days = [dt.datetime.fromtimestamp(at("2026-12-04T23:00") + w.start_seconds, dt.UTC) for w in nightly.waves]
     assert [(d.day, d.hour) for d in days] == [(5, 2), (6, 2), (7, 2)]
+
+
+def test_the_mig_manager_gets_the_windows_only_when_the_policy_has_them() -> None:
+    windows = {"timeZone": "Europe/Berlin", "windows": [{"schedule": "0 2 * * sat", "duration": "4h"}]}
+    container = pod({"maintenanceWindows": windows}, "nvidia-mig-manager")["containers"][0]
+    assert json.loads(env(container)["MIG_MAINTENANCE_WINDOWS"]) == windows
+    assert "MIG_MAINTENANCE_WINDOWS" not in env(pod({}, "nvidia-mig-manager")["containers"][0])

@@ -7,11 +7,15 @@ recovers labels a crashed run left paused."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime as dt
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from gpu_operator.agents.migmanager import program
-from gpu_operator.agents.migmanager.config import load
+from gpu_operator.agents.migmanager.config import MigConfigError, load
 from gpu_operator.agents.migmanager.defaults import default_configs
 from gpu_operator.agents.migmanager.reconfigure import (
     REASON_ANNOTATION,
@@ -20,6 +24,7 @@ from gpu_operator.agents.migmanager.reconfigure import (
     Reconfigure,
 )
 from gpu_operator.agents.shared.cluster import PodInfo
+from gpu_operator.api.windows import WindowSchedule
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.gpu.simulated import SimulatedBackend
 from tests.unit.fake_context import FakeContext
@@ -163,3 +168,35 @@ def test_program_reports_a_bad_config_file(tmp_path: Path) -> None:
     ctx.stop_after = 1
     asyncio.run(program.main(ctx))
     assert ctx.node.values[STATE_LABEL] == "failed"
+
+
+def test_a_change_waits_for_a_maintenance_window_and_goes_once_one_is_open() -> None:
+    h = Harness()
+    nightly = WindowSchedule.parse(zone="UTC", windows=[("0 2 * * *", "2h")])
+    now = [dt.datetime(2026, 12, 4, 12, 0, tzinfo=dt.UTC).timestamp()]  # Friday noon: closed
+    h.work.options = dataclasses.replace(h.work.options, windows=nightly)
+    h.work.wall = lambda: now[0]
+    assert h.run("all-disabled") == "success"  # already applied: nothing to wait for
+    assert h.run("all-1g.5gb") == "pending"
+    assert h.run("all-1g.5gb") == "pending"  # the next poll: still closed, nothing written again
+    assert [d.mig_enabled for d in h.backend.devices()] == [False, False]  # nothing touched
+    assert h.node.values_of(DP) == [], "the GPU clients were not paused"
+    assert h.node.values_of(STATE_LABEL) == ["success", "pending"]
+    assert h.cluster.annotations[REASON_ANNOTATION] == (
+        "nvidia.com/mig.config=all-1g.5gb: waiting for a maintenance window; the next opens 2026-12-05 02:00 UTC"
+    )
+    now[0] = dt.datetime(2026, 12, 5, 2, 0, tzinfo=dt.UTC).timestamp()
+    assert h.run("all-1g.5gb") == "success"
+    assert h.geometry() == [Counter({"1g.5gb": 7})] * 2
+
+
+def test_the_windows_come_from_the_rendered_environment(tmp_path: Path) -> None:
+    text = '{"timeZone":"Europe/Berlin","windows":[{"schedule":"0 2 * * sat","duration":"4h"}]}'
+    gpu = SimulatedBackend(profile=NODE_PROFILES["a100-mig"])
+    windows = program.maintenance_windows(FakeContext(root=tmp_path, gpu=gpu, env={"MIG_MAINTENANCE_WINDOWS": text}))
+    assert windows is not None
+    assert windows.zone_name == "Europe/Berlin"
+    assert program.maintenance_windows(FakeContext(root=tmp_path, gpu=gpu, env={})) is None
+    bad = FakeContext(root=tmp_path, gpu=gpu, env={"MIG_MAINTENANCE_WINDOWS": '{"windows":[{"schedule":"0 2 * * *"}]}'})
+    with pytest.raises(MigConfigError, match="MIG_MAINTENANCE_WINDOWS"):
+        program.maintenance_windows(bad)

@@ -10,6 +10,8 @@ named by the policy is mounted instead and reported when it is missing.
 
 from __future__ import annotations
 
+import json
+
 from gpu_operator.data.migconfigs import default_yaml
 from gpu_operator.render.catalog import operand
 from gpu_operator.render.context import RenderContext
@@ -76,6 +78,11 @@ def render_mig_manager(ctx: RenderContext) -> list[JSON]:
     ]
     if spec.config is not None and spec.config.default:
         envs.append(env("DEFAULT_MIG_CONFIG", spec.config.default))
+    windows = ctx.spec.maintenance_windows
+    if windows is not None:  # our extension: a MIG change stops the GPU clients, so it waits for a window
+        doc = {"timeZone": windows.time_zone, "windows": [{"schedule": w.schedule, "duration": w.duration}
+                                                           for w in windows.windows]}  # fmt: skip
+        envs.append(env("MIG_MAINTENANCE_WINDOWS", json.dumps(doc, separators=(",", ":"))))
     main = main_container(ctx, op, env_vars=envs, mounts=mounts)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
     body["hostPID"] = True  # stopping GPU clients on the host needs their PIDs

@@ -10,7 +10,8 @@ A pending MIG mode change is applied by a GPU reset: ``nvidia-smi -r -i N`` in t
 (``NVIDIA_DRIVER_ROOT`` on the node: ``/`` for a host driver, ``/run/nvidia/driver`` for the driver
 container's) on a real node, the backend's own reset on a simulated one; ``WITH_REBOOT=true`` allows a
 reboot (in the host root) when a reset is not enough. ``MIG_WAIT_TIMEOUT`` (300 s) bounds the wait for
-the GPU clients' pods to stop.
+the GPU clients' pods to stop. ``MIG_MAINTENANCE_WINDOWS`` (JSON of the policy's ``maintenanceWindows``,
+our extension) holds a change that is not yet applied until a window is open.
 
 With ``WITH_SHUTDOWN_HOST_GPU_CLIENTS=true`` the host services named in ``GPU_CLIENTS_FILE`` (re-read
 before each run; a bad file fails the run, naming the file and field) are stopped around the change
@@ -23,6 +24,8 @@ gets in-memory services instead.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -50,10 +53,12 @@ from gpu_operator.agents.migmanager.reconfigure import (
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import cluster_of
 from gpu_operator.agents.shared.operands import MIG_PAUSE, paused, restore_changes
+from gpu_operator.api.windows import WindowSchedule
 from gpu_operator.gpu.backend import GpuBackend, ResettableBackend
 from gpu_operator.runtime.periodic import every
 
 log = logging.getLogger(__name__)
+WINDOWS_ENV = "MIG_MAINTENANCE_WINDOWS"
 UNFINISHED = ("pending", "rebooting")
 HOST_MIG_MANAGER_STATE_FILE = "/etc/systemd/system/nvidia-mig-manager.service.d/override.conf"
 
@@ -140,6 +145,19 @@ def host_clients(ctx: AgentContext, services: HostServices) -> HostClients | Non
     )
 
 
+def maintenance_windows(ctx: AgentContext) -> WindowSchedule | None:
+    """``MIG_MAINTENANCE_WINDOWS`` (the operator renders the policy's ``maintenanceWindows`` as JSON)."""
+    text = ctx.env.get(WINDOWS_ENV, "")
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+        pairs = [(str(w["schedule"]), str(w["duration"])) for w in doc["windows"]]
+        return WindowSchedule.parse(zone=str(doc.get("timeZone") or "UTC"), windows=pairs)
+    except (ValueError, KeyError, TypeError) as error:
+        raise MigConfigError(f"{WINDOWS_ENV}: {error}") from error
+
+
 def load_configs(ctx: AgentContext) -> MigConfigs:
     path = ctx.env.get("CONFIG_FILE", "")
     if not path:
@@ -183,6 +201,7 @@ async def main(ctx: AgentContext) -> None:
             last[:] = [wanted]
             try:
                 configs = await asyncio.to_thread(load_configs, ctx)
+                work.options = dataclasses.replace(work.options, windows=maintenance_windows(ctx))
                 work.host = await asyncio.to_thread(host_clients, ctx, services)
             except (MigConfigError, GpuClientsError) as error:
                 await work.fail(str(error))

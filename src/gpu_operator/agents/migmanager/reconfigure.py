@@ -7,7 +7,10 @@ deploy labels of the GPU clients paused (``paused-for-mig-change``), wait (bound
 go, stop the host GPU client services that run (with ``WITH_SHUTDOWN_HOST_GPU_CLIENTS``; the kubelet
 too when the MIG mode changes), apply MIG mode (resetting GPUs whose change waits for a reset; with
 ``WITH_REBOOT``, state ``rebooting`` and a reboot when a reset is not enough) and then the geometry,
-start the stopped services again, and finally ``success`` or ``failed``. Whatever happens after the
+start the stopped services again, and finally ``success`` or ``failed``. With the policy's maintenance
+windows (``MIG_MAINTENANCE_WINDOWS``, our extension) a change that is not yet applied waits, state
+``pending`` and its reason saying when the next window opens, until one is open: it stops the GPU
+clients, which is disruptive work. Whatever happens after the
 pause, services and labels are restored in a ``finally`` and the reason of a failure is logged,
 recorded on the Node and sent as an Event: the node is never left with its GPU clients stopped
 (NVIDIA/gpu-operator#2833).
@@ -46,6 +49,7 @@ from gpu_operator.agents.shared.operands import (
     restore_changes,
     wait_for_pods_gone,
 )
+from gpu_operator.api.windows import WindowSchedule
 from gpu_operator.gpu.backend import GpuBackend, GpuError
 from gpu_operator.names import keys
 
@@ -55,6 +59,8 @@ log = logging.getLogger(__name__)
 CONFIG_LABEL = keys.MIG_CONFIG
 STATE_LABEL = keys.MIG_CONFIG_STATE
 REASON_ANNOTATION = keys.MIG_CONFIG_REASON
+#: The reason of a change held for a maintenance window (state ``pending``; retried every poll).
+WINDOW_WAIT = "waiting for a maintenance window"
 VALIDATOR_APPS = ("nvidia-cuda-validator", "nvidia-device-plugin-validator")
 
 
@@ -64,6 +70,7 @@ class Options:
     poll_interval: float = 1.0
     with_reboot: bool = False
     host_settle: float = 30.0  # after stopping host services for a mode change, as the MIG manager waits
+    windows: WindowSchedule | None = None  # the policy's maintenance windows: a change that pauses waits for one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +85,7 @@ class HostClients:
 
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
-    state: str  # success, failed or rebooting
+    state: str  # success, failed, rebooting, or pending (waiting for a maintenance window)
     reason: str = ""
     applied: bool = False  # GPUs were changed
 
@@ -98,9 +105,12 @@ class Reconfigure:
         clock: Clock = time.monotonic,
         name: str = "mig-manager",
         host: HostClients | None = None,
+        wall: Clock = time.time,
     ) -> None:
         self.node, self.cluster, self.backend, self.reset = node, cluster, backend, reset
         self.options, self.sleep, self.clock, self.name, self.host = options, sleep, clock, name, host
+        self.wall = wall  # epoch seconds: when a maintenance window is open
+        self._waiting = ""  # the window wait last reported, so an unchanged wait is not written again
 
     async def _state(self, state: str, reason: str = "") -> None:
         # The reason first: whoever sees the state label (the operator, a test, kubectl) finds the
@@ -113,14 +123,31 @@ class Reconfigure:
                 reason=f"MigConfig{state.capitalize()}", message=reason or state, warning=state == "failed"
             )
 
+    def _window_wait(self) -> str:
+        """Why the change must wait ("" when it may go now): it stops the GPU clients, which is disruptive
+        work, and the policy's maintenance windows are all closed."""
+        windows, now = self.options.windows, self.wall()
+        if windows is None or windows.is_open(now):
+            return ""
+        opens = windows.next_open(now)
+        return WINDOW_WAIT + (f"; the next opens {windows.describe(opens)}" if opens is not None else "; none opens")
+
     async def run(self, *, name: str, configs: Mapping[str, Sequence[Entry]]) -> Outcome:
         try:
             devices = await asyncio.to_thread(self.backend.devices)
             targets = plan(configs, name=name, devices=devices)
             check_layouts(devices, targets=targets)
             if await asyncio.to_thread(satisfied, self.backend, targets):
+                self._waiting = ""
                 await self._state("success")
                 return Outcome(state="success")
+            waiting = self._window_wait()
+            if waiting:
+                if waiting != self._waiting:
+                    self._waiting = waiting
+                    await self._state("pending", f"{CONFIG_LABEL}={name}: {waiting}")
+                return Outcome(state="pending", reason=waiting)
+            self._waiting = ""
             await asyncio.to_thread(self._persist, name)
         except (MigConfigError, MigApplyError, GpuError, HostServiceError, OSError) as error:
             return await self.fail(f"{CONFIG_LABEL}={name}: {error}")
