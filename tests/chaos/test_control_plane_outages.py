@@ -83,6 +83,22 @@ def _cordoned(client: Client, nodes: list[str]) -> list[str]:
     return [n for n, spec in specs.items() if spec is not None and spec.unschedulable]
 
 
+def _only_the_plugin_changed(
+    client: Client, namespace: str, names: list[str], operator: OperatorProcess, *, before: dict[str, str]
+) -> set[str]:
+    """Assert that only the device plugin's pods were replaced, by the same operator process, healthy, and
+    that no node is cordoned; return what was replaced."""
+    after = _pods(client, namespace)
+    replaced = {before[uid] for uid in set(before) - set(after)}
+    assert replaced, "the device plugin's pods were not replaced"
+    assert all(who.startswith("nvidia-device-plugin") for who in replaced), replaced
+    assert operator.alive()
+    assert operator.starts == 1
+    assert operator.healthy()
+    assert _cordoned(client, names) == []
+    return replaced
+
+
 def _up(
     client: Client, nodes: list[str], operators: OperatorFactory, *, version: str = OLD, kubeconfig: Path | None = None
 ) -> OperatorProcess:
@@ -157,14 +173,7 @@ def test_api_server_down_during_a_reconcile(
                        timeout=300, describe="ClusterPolicy ready again")  # fmt: skip
     ours = max(0.0, applied - serving)  # the operator's share: after the API server served the policy again
 
-    after = _pods(client, namespace)
-    replaced = {before[uid] for uid in set(before) - set(after)}
-    assert replaced, "the device plugin's pods were not replaced"
-    assert all(who.startswith("nvidia-device-plugin") for who in replaced), replaced
-    assert operator.alive()
-    assert operator.starts == 1
-    assert operator.healthy()
-    assert _cordoned(client, names) == []
+    replaced = _only_the_plugin_changed(client, namespace, names, operator, before=before)
     record("API server down during a reconcile", back_in_charge_s=round(in_charge, 2),
            api_serving_policies_s=round(serving, 2), change_applied_s=round(applied, 2),
            change_applied_after_api_s=round(ours, 2), converged_s=round(converged, 2),
@@ -272,17 +281,10 @@ def test_every_watch_ended_with_410_gone(
         watching = proxy.open_watches()
     log = (tmp_path / "operator-1.log").read_text(errors="replace")
     expired = log.count("resourceVersion expired, listing again")
-    after = _pods(client, namespace)
-    replaced = {before[uid] for uid in set(before) - set(after)}
     assert ended >= 5, f"only {ended} watches were open"  # ClusterPolicy, Nodes, DaemonSets, pods...
     assert expired >= ended, f"{ended} watches ended with 410, {expired} taken for it:\n{log[-3000:]}"
     assert watching >= ended, f"{watching} watches open again of {ended}"
-    assert replaced, "the device plugin's pods were not replaced"
-    assert all(who.startswith("nvidia-device-plugin") for who in replaced), replaced
-    assert operator.alive()
-    assert operator.starts == 1
-    assert operator.healthy()
-    assert _cordoned(client, names) == []
+    replaced = _only_the_plugin_changed(client, namespace, names, operator, before=before)
     record("watch 410 Gone", watches_ended=ended, relisted_s=round(relisted, 2), change_applied_s=round(applied, 2),
            converged_s=round(converged, 2), pods_replaced=len(replaced), operator_restarts=0,
            allowance_s=BACK_IN_CHARGE_ALLOWANCE)  # fmt: skip

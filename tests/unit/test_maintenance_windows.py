@@ -9,14 +9,17 @@ import re
 import zoneinfo
 
 import pytest
+from rich.console import Console
 
 from gpu_operator.api.validation import validate_document
 from gpu_operator.api.windows import WindowSchedule, parse_cron, parse_duration
+from gpu_operator.cli.upgrade import print_preview, to_json
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.controller import ACTIVE_REQUEUE, WINDOW_RECHECK, PartitionResult, UpgradeOutcome
 from gpu_operator.upgrade.model import Snapshot
 from gpu_operator.upgrade.plan import WINDOW_CLOSED
 from gpu_operator.upgrade.preview import preview
+from gpu_operator.upgrade.proposal import Proposal
 from tests.unit.test_render_states import env, pod
 from tests.unit.upgrade_builders import after, driver, knobs, node, run
 
@@ -173,3 +176,20 @@ def test_the_mig_manager_gets_the_windows_only_when_the_policy_has_them() -> Non
     container = pod({"maintenanceWindows": windows}, "nvidia-mig-manager")["containers"][0]
     assert json.loads(env(container)["MIG_MAINTENANCE_WINDOWS"]) == windows
     assert "MIG_MAINTENANCE_WINDOWS" not in env(pod({}, "nvidia-mig-manager")["containers"][0])
+
+
+def test_the_plan_command_prints_each_wave_at_its_wall_clock_start() -> None:
+    berlin = WindowSchedule.parse(zone="Europe/Berlin", windows=[("0 2 * * sat", "4h")])
+    nodes = tuple(node(name, m.DONE, drv=driver(sync=False, name=f"driver-{name}")) for name in ("a", "b"))
+    snapshot = Snapshot(nodes=nodes, now=at("2026-12-04T12:00"))
+    k = knobs(windows=berlin, max_parallel=1)
+    result = preview(snapshot, k, install_seconds=600)
+    proposal = Proposal(snapshot=snapshot, knobs=k, install_seconds=600, measured=False)
+    doc = to_json(result, proposal)
+    assert [w["startsAt"] for w in doc["waves"]] == ["2026-12-05T02:00+01:00", "2026-12-05T02:10+01:00"]
+    assert doc["maintenanceWindows"] == "'0 2 * * sat' for 4h (Europe/Berlin)"
+    console = Console(record=True, width=200)
+    print_preview(console, result, proposal)
+    text = console.export_text()
+    assert "Nodes start only inside the maintenance windows: '0 2 * * sat' for 4h (Europe/Berlin)" in text
+    assert "2026-12-05T02:10+01:00" in text

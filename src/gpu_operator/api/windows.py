@@ -182,7 +182,8 @@ class WindowSchedule:
         return local.replace(tzinfo=self.zone).timestamp()
 
     def closes_at(self, t: float) -> float | None:
-        """When the windows open at ``t`` close (the latest of them), or None when none is open."""
+        """When a window open at ``t`` closes (per schedule, the one that opened first; the latest of those),
+        or None when none is open. Windows that overlap their own repeats may stay open longer."""
         return _closes_at(self, t)
 
     def _closes_at(self, t: float) -> float | None:
