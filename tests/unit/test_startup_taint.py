@@ -180,3 +180,15 @@ def test_a_validator_becoming_ready_on_a_tainted_node_wakes_the_reconciler() -> 
 
 def _validators(informers: tuple[Informer, ...]) -> Informer:
     return next(i for i in informers if i.kind == "Pod" and "nvidia-operator-validator" in i.labels.values())
+
+
+def test_a_node_for_vms_is_lifted_once_its_sandbox_validator_is_ready() -> None:
+    api = FakeApi()
+    api.put(_node("vm-1", taints=[HELD]), plural="nodes")
+    sandbox = _validator("vm-1")
+    sandbox["metadata"].update(name="sandbox-validator-vm-1", labels={"app": "nvidia-sandbox-validator"})
+    api.put(sandbox, plural="pods")
+    assert _run(api, ON) == 0  # sandbox workloads off: that pod is not a validator of this policy
+    both = ClusterPolicySpec.model_validate({"startupTaint": {"enabled": True}, "sandboxWorkloads": {"enabled": True}})
+    assert _run(api, both) == 1
+    assert _taints(api, "vm-1") == []

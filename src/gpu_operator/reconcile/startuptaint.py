@@ -7,7 +7,10 @@ the toolkit, CUDA and the device plugin, in that order) the policy reconciler re
 patch first tests the taint list it read, so a taint another writer added or removed meanwhile is never
 lost: the API server refuses the patch, and the next pass reads the node again. A node that has no GPU,
 or whose validator is not Ready, keeps the taint: the operator never declares usable a node it has not
-validated. Any taint with the key goes, whatever its value and effect.
+validated. Any taint with the key goes, whatever its value and effect. With sandbox workloads on, a node
+for VMs runs the sandbox validator instead of the validator, and its pod being Ready counts the same
+(no watch wakes the reconciler for it: the lift comes with the next pass, which a policy not yet ready
+requeues soon).
 
 The plan (:func:`lift_plan`) is pure; :func:`lift_startup_taints` applies it, one Event per node.
 """
@@ -24,6 +27,7 @@ from gpu_operator.api.defaults import is_enabled
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.names import keys
 from gpu_operator.names.objects import is_ready
+from gpu_operator.render.catalog import operand
 from gpu_operator.runtime.backoff import status_code
 from gpu_operator.upgrade.collect import VALIDATOR_SELECTOR
 
@@ -32,6 +36,7 @@ EVENT_REASON = "StartupTaintRemoved"
 #: What the API server answers when the node changed since it was read (a failed test) or is gone.
 STALE = (404, 409, 422)
 EVENT_NAMESPACE = "default"  # a Node's Events live in the default namespace, as the kubelet's do
+SANDBOX_VALIDATOR_SELECTOR = {"app": operand("state-sandbox-validation").daemonset}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +80,9 @@ async def lift_startup_taints(kube: Kube, *, nodes: Sequence[JSON], spec: Cluste
     if not any(t.get("key") == key for node in nodes for t in (node.get("spec") or {}).get("taints") or []):
         return 0  # no node is held: no need to read the validators
     validators = await kube.list_objects("v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR)
+    if is_enabled(spec, section="sandboxWorkloads"):
+        # A node for VMs (vm-passthrough, vm-vgpu) runs the sandbox validator instead: its Ready counts.
+        validators += await kube.list_objects("v1", "Pod", namespace=namespace, labels=SANDBOX_VALIDATOR_SELECTOR)
     lifted = 0
     for lift in lift_plan(nodes=nodes, validators=validators, key=key):
         name = lift.node["metadata"]["name"]
