@@ -109,8 +109,9 @@ def serve(
             on_ready(cluster)
         while cluster.is_running():
             time.sleep(poll_interval)
-        dead = next(p for p in cluster.all_processes() if not p.is_running())
-        state.phase, state.error = PHASE_FAILED, str(dead.exit_error())
+        # A process that exited, or else a real node whose watcher no longer keeps it up.
+        dead = next((p for p in cluster.all_processes() if not p.is_running()), None)
+        state.phase, state.error = PHASE_FAILED, str(dead.exit_error()) if dead else "a real node stopped"
         write_state(state_dir=state_dir, state=state)
         return 1
     except (KeyboardInterrupt, SystemExit):
