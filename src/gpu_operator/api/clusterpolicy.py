@@ -353,6 +353,11 @@ class ClusterPolicySpec(ApiModel):
     )
 
 
+def schedule_of(spec: ClusterPolicySpec) -> WindowSchedule | None:
+    """The policy's maintenance windows, ready to evaluate; None when it has none (any time)."""
+    return spec.maintenance_windows.schedule() if spec.maintenance_windows is not None else None
+
+
 class ClusterPolicyStatus(ApiModel):
     """The observed state of the policy."""
 

@@ -172,9 +172,6 @@ class WindowSchedule:
         """``'0 2 * * sat' for 4h, ... (Europe/Berlin)``."""
         return ", ".join(f"'{s}' for {d}" for s, d in self.source) + f" ({self.zone_name})"
 
-    def iso(self, t: float) -> str:
-        return dt.datetime.fromtimestamp(t, self.zone).isoformat(timespec="minutes")
-
     def _local(self, t: float) -> dt.datetime:
         return dt.datetime.fromtimestamp(t, self.zone).replace(tzinfo=None)
 
@@ -206,12 +203,24 @@ class WindowSchedule:
         found = [self._epoch(s) for s in starts if s is not None]
         return min(found) if found else None
 
+    def wait_reason(self, t: float) -> str:
+        """ "" while a window is open at ``t``; else when the next one opens, for messages."""
+        return _wait_reason(self, t)
+
     def describe(self, t: float) -> str:
         """An epoch time as wall-clock time in the windows' zone, for messages."""
         return dt.datetime.fromtimestamp(t, self.zone).strftime(f"%Y-%m-%d %H:%M {self.zone_name}")
 
 
+# One upgrade pass asks for every waiting node at the same ``t``: each is answered once.
 @functools.lru_cache(maxsize=64)
 def _closes_at(schedule: WindowSchedule, t: float) -> float | None:
-    # One pass asks for every waiting node at the same ``t``: answered once.
     return schedule._closes_at(t)
+
+
+@functools.lru_cache(maxsize=64)
+def _wait_reason(schedule: WindowSchedule, t: float) -> str:
+    if schedule.is_open(t):
+        return ""
+    opens = schedule.next_open(t)
+    return f"the next opens {schedule.describe(opens)}" if opens is not None else "none opens again"

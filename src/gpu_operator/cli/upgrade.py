@@ -25,7 +25,6 @@ from rich.console import Console
 from rich.table import Table
 
 from gpu_operator.api.validation import DocumentError, load_file
-from gpu_operator.api.windows import WindowSchedule
 from gpu_operator.names import network
 from gpu_operator.upgrade.drivers import CLUSTER_POLICY, DRIVERS, GPU_DRIVER, OFED_DRIVER
 from gpu_operator.upgrade.preview import Preview, preview
@@ -45,8 +44,8 @@ def _duration(seconds: float) -> str:
 
 def _at(proposal: Proposal, seconds: float) -> str:
     """When a wave starts as a wall-clock time: in the maintenance windows' zone, else UTC."""
-    windows = proposal.knobs.windows or WindowSchedule(zone=dt.UTC, windows=())
-    return windows.iso(proposal.snapshot.now + seconds)
+    zone = proposal.knobs.windows.zone if proposal.knobs.windows else dt.UTC
+    return dt.datetime.fromtimestamp(proposal.snapshot.now + seconds, zone).isoformat(timespec="minutes")
 
 
 def to_json(result: Preview, proposal: Proposal) -> dict[str, Any]:

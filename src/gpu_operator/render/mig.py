@@ -10,8 +10,6 @@ named by the policy is mounted instead and reported when it is missing.
 
 from __future__ import annotations
 
-import json
-
 from gpu_operator.data.migconfigs import default_yaml
 from gpu_operator.render.catalog import operand
 from gpu_operator.render.context import RenderContext
@@ -80,9 +78,7 @@ def render_mig_manager(ctx: RenderContext) -> list[JSON]:
         envs.append(env("DEFAULT_MIG_CONFIG", spec.config.default))
     windows = ctx.spec.maintenance_windows
     if windows is not None:  # our extension: a MIG change stops the GPU clients, so it waits for a window
-        doc = {"timeZone": windows.time_zone, "windows": [{"schedule": w.schedule, "duration": w.duration}
-                                                           for w in windows.windows]}  # fmt: skip
-        envs.append(env("MIG_MAINTENANCE_WINDOWS", json.dumps(doc, separators=(",", ":"))))
+        envs.append(env("MIG_MAINTENANCE_WINDOWS", windows.model_dump_json(by_alias=True)))
     main = main_container(ctx, op, env_vars=envs, mounts=mounts)
     body = pod(ctx, op, containers=[main], volumes=volumes, init=waiting(ctx, op, volumes))
     body["hostPID"] = True  # stopping GPU clients on the host needs their PIDs

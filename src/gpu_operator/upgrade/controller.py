@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from gpu_operator.api.clusterpolicy import ClusterPolicy, active_policy
+from gpu_operator.api.clusterpolicy import ClusterPolicy, active_policy, schedule_of
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.api.nvidiadriver import NVIDIADriver
 from gpu_operator.api.windows import WindowSchedule
@@ -92,25 +92,19 @@ def applied_behind(doc: JSON) -> bool:
     return bool(seen) and seen[0] is not None and int(seen[0]) < generation
 
 
-async def knobs_for(
-    kube: Kube, *, max_driver_restarts: int, behind: set[str] | None = None
-) -> tuple[dict[str, Knobs | str], dict[str, StatusOwner]]:
-    """Partition -> its knobs (or why its policy cannot be used), and partition -> its status owner.
-    ``behind`` gets the partitions whose policy has a spec newer than the one last applied."""
+async def knobs_for(kube: Kube, *, max_driver_restarts: int) -> tuple[dict[str, Knobs | str], dict[str, StatusOwner]]:
+    """Partition -> its knobs (or why its policy cannot be used), and partition -> its status owner."""
     out: dict[str, Knobs | str] = {}
     owners: dict[str, StatusOwner] = {}
-    behind = set() if behind is None else behind
     policy = active_policy(await kube.list_objects("nvidia.com/v1", "ClusterPolicy"))
     out[CLUSTER_POLICY] = Knobs(auto_upgrade=False)
     windows: WindowSchedule | None = None  # the ClusterPolicy's windows hold every driver's rollout
     if policy is not None:
         owners[CLUSTER_POLICY] = _owner(policy)
-        if applied_behind(policy):
-            behind.add(CLUSTER_POLICY)
         try:
             spec = ClusterPolicy.model_validate(policy).spec
             sandbox = is_enabled(spec, section="sandboxWorkloads")
-            windows = spec.maintenance_windows.schedule() if spec.maintenance_windows else None
+            windows = schedule_of(spec)
             out[CLUSTER_POLICY] = knobs_from(
                 spec.driver.upgrade_policy, sandbox=sandbox, max_driver_restarts=max_driver_restarts, windows=windows
             )
@@ -119,8 +113,6 @@ async def knobs_for(
     for doc in await kube.list_objects("nvidia.com/v1alpha1", "NVIDIADriver"):
         name = doc["metadata"]["name"]
         owners[name] = _owner(doc)
-        if applied_behind(doc):
-            behind.add(name)
         try:
             cr = NVIDIADriver.model_validate(doc)
             out[name] = knobs_from(cr.spec.upgrade_policy, max_driver_restarts=max_driver_restarts, windows=windows)
@@ -129,10 +121,10 @@ async def knobs_for(
     return out, owners
 
 
-def _held(partition: str, *, behind: set[str], cluster: Cluster) -> str:
+def _held(owner: StatusOwner | None, *, partition: str, cluster: Cluster) -> str:
     """Why this pass must not plan ``partition`` ("" when it may): the driver DaemonSets are not yet
     what the policy asks for, so which driver pods are up to date cannot be told."""
-    if partition in behind:
+    if owner is not None and owner.behind:
         return f"{partition or 'the ClusterPolicy'}: its latest spec is not applied to the driver DaemonSets yet"
     if cluster.settling:
         return f"the DaemonSet controller has not observed the latest spec of {', '.join(cluster.settling)}"
@@ -141,7 +133,8 @@ def _held(partition: str, *, behind: set[str], cluster: Cluster) -> str:
 
 def _owner(doc: JSON) -> StatusOwner:
     current = (doc.get("status") or {}).get("driverUpgrade")
-    return StatusOwner(api_version=doc["apiVersion"], kind=doc["kind"], name=doc["metadata"]["name"], current=current)
+    return StatusOwner(api_version=doc["apiVersion"], kind=doc["kind"], name=doc["metadata"]["name"], current=current,
+                       behind=applied_behind(doc))  # fmt: skip
 
 
 def snapshot_of(cluster: Cluster, *, partition: str, now: float) -> Snapshot:
@@ -183,10 +176,9 @@ async def upgrade_pass(
     source = source_for(driver)
     owners: dict[str, StatusOwner] = {}
     settings: Mapping[str, Knobs | str]
-    behind: set[str] = set()
     if driver == GPU_DRIVER:
         (settings, owners), cluster, validator = await asyncio.gather(
-            knobs_for(kube, max_driver_restarts=max_driver_restarts, behind=behind),
+            knobs_for(kube, max_driver_restarts=max_driver_restarts),
             read_cluster(kube, namespace=namespace),
             kube.get("apps/v1", "DaemonSet", VALIDATOR_DAEMONSET, namespace=namespace),
         )
@@ -212,7 +204,7 @@ async def upgrade_pass(
             continue
         if knobs.validation != validation:
             knobs = dataclasses.replace(knobs, validation=validation)
-        held = _held(partition, behind=behind, cluster=cluster) if knobs.auto_upgrade else ""
+        held = _held(owners.get(partition), partition=partition, cluster=cluster) if knobs.auto_upgrade else ""
         if held:
             log.debug("driver upgrade pass held: %s", held)
             results.append(PartitionResult(partition=partition, knobs=knobs, counts=counts, held=held))

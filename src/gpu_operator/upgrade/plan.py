@@ -177,12 +177,11 @@ def _required(work: Work, slots: list[int]) -> bool:
 def _window_open(work: Work) -> bool:
     """Whether a node may start now; if not, it waits saying when the next window opens. A node already
     under way is never stopped by a window closing: leaving it cordoned half-way helps nobody."""
-    windows, now = work.knobs.windows, work.snapshot.now
-    if windows is None or windows.is_open(now):
-        return True
-    opens = windows.next_open(now)
-    work.wait(f"{WINDOW_CLOSED}: " + (f"the next opens {windows.describe(opens)}" if opens else "none opens again"))
-    return False
+    windows = work.knobs.windows
+    why = windows.wait_reason(work.snapshot.now) if windows is not None else ""
+    if why:
+        work.wait(f"{WINDOW_CLOSED}: {why}")
+    return not why
 
 
 def _initially_cordoned(node: NodeView) -> str | None:

@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.api.clusterpolicy import ClusterPolicy, schedule_of
 from gpu_operator.api.defaults import is_enabled
 from gpu_operator.kube.api import JSON, Kube, strip
 from gpu_operator.kube.facts import gather_facts
@@ -129,8 +129,7 @@ async def build_proposal(kube: Kube, *, namespace: str, policy_doc: dict[str, An
                         validation_seconds=validation, notes=notes)  # fmt: skip
     policy = ClusterPolicy.model_validate(policy_doc)
     sandbox = is_enabled(policy.spec, section="sandboxWorkloads")
-    windows = policy.spec.maintenance_windows.schedule() if policy.spec.maintenance_windows else None
-    knobs = knobs_from(policy.spec.driver.upgrade_policy, sandbox=sandbox, windows=windows)
+    knobs = knobs_from(policy.spec.driver.upgrade_policy, sandbox=sandbox, windows=schedule_of(policy.spec))
     live_policies = await kube.list_objects("nvidia.com/v1", "ClusterPolicy")
     live_policy = next((p for p in live_policies if p["metadata"]["name"] == policy.metadata.name), None)
     templates = await _proposed_templates(

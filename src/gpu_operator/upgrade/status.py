@@ -27,6 +27,7 @@ class StatusOwner:
     kind: str
     name: str
     current: Mapping[str, Any] | None
+    behind: bool = False  # its spec is newer than the one the reconciler last applied (``applied_behind``)
 
 
 def summary(*, knobs: Knobs, counts: Mapping[str, int], plan: Plan | None) -> dict[str, Any]:

@@ -126,11 +126,9 @@ class Reconfigure:
     def _window_wait(self) -> str:
         """Why the change must wait ("" when it may go now): it stops the GPU clients, which is disruptive
         work, and the policy's maintenance windows are all closed."""
-        windows, now = self.options.windows, self.wall()
-        if windows is None or windows.is_open(now):
-            return ""
-        opens = windows.next_open(now)
-        return WINDOW_WAIT + (f"; the next opens {windows.describe(opens)}" if opens is not None else "; none opens")
+        windows = self.options.windows
+        why = windows.wait_reason(self.wall()) if windows is not None else ""
+        return f"{WINDOW_WAIT}; {why}" if why else ""
 
     async def run(self, *, name: str, configs: Mapping[str, Sequence[Entry]]) -> Outcome:
         try:
