@@ -148,6 +148,10 @@ def test_the_driver_container_installs_the_fake_driver_and_every_operand_runs(
 ) -> None:
     wait_for(lambda: _all_ready(kube), timeout=60, describe="every operand Ready on both nodes")
     assert driver_cluster.real_nodes is not None
+    # The MIG manager in the image read the rendered maintenance windows (a bad value fails the config) and,
+    # the window open, applied the MIG-capable node's default config.
+    wait_for(lambda: _labels(kube, "real-node-2").get("nvidia.com/mig.config.state") == "success", timeout=120,
+             describe="real-node-2's MIG config applied inside the window")  # fmt: skip
     for node, pod in _driver_pods(kube).items():
         assert pod["spec"]["containers"][0]["image"] == reference(version=OLD, os_tag=host_os_tag())
         labels = _labels(kube, node)
