@@ -348,7 +348,6 @@ def test_restart_threshold_is_a_knob() -> None:
         ({"sync": True}, False, m.DONE, False),  # recovered: uncordoned
         ({"sync": True}, True, m.DONE, None),  # recovered, but the administrator's cordon stays
         ({"sync": True, "ready": False}, False, m.FAILED, None),
-        ({"sync": False}, False, m.FAILED, None),
     ],
 )
 def test_failed_nodes_recover_when_the_driver_is_healthy(
@@ -361,6 +360,22 @@ def test_failed_nodes_recover_when_the_driver_is_healthy(
     step = p.step("a")
     assert step is not None
     assert step.unschedulable is uncordon
+
+
+def test_a_failed_node_whose_driver_changed_since_is_upgraded_again_still_cordoned() -> None:
+    notes = {m.FAILURE_REASON: "validation timed out", m.WAIT_START: str(NOW - 600)}
+    n = node("a", m.FAILED, unschedulable=True, drv=driver(sync=False, created=NOW - 300), annotations=notes)
+    step = run([n], knobs()).step("a")
+    assert step is not None
+    assert step.after == m.POD_RESTART
+    assert step.delete_driver
+    assert step.unschedulable is None  # stays cordoned
+    assert step.annotations[m.FAILURE_REASON] is None
+    terminating = node("a", m.FAILED, unschedulable=True, drv=driver(sync=False, terminating=True), annotations=notes)
+    assert after(run([terminating], knobs()), "a", default=m.FAILED) == m.FAILED
+    # Failed before its old driver pod was replaced (a drain that never finished): it stays failed.
+    old = node("a", m.FAILED, unschedulable=True, drv=driver(sync=False, created=NOW - 900), annotations=notes)
+    assert after(run([old], knobs()), "a", default=m.FAILED) == m.FAILED
 
 
 def test_a_node_to_uncordon_whose_driver_changed_again_is_upgraded_again_without_an_uncordon() -> None:

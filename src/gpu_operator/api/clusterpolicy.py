@@ -26,10 +26,10 @@ from gpu_operator.api.base import (
     section,
 )
 from gpu_operator.api.components import (
+    ClusterPolicyUpgradePolicy,
     Component,
     ConfigMapRef,
     DriverManager,
-    DriverUpgradePolicy,
     DriverUpgradeStatus,
     ImageRef,
     NamedConfig,
@@ -151,7 +151,7 @@ class DriverSpec(Component):
     liveness_probe: Probe | None = opt(description="Liveness probe of the driver container.")
     readiness_probe: Probe | None = opt(description="Readiness probe of the driver container.")
     rdma: Rdma | None = opt(description="GPUDirect RDMA settings.")
-    upgrade_policy: DriverUpgradePolicy | None = opt(description="Rolling driver-upgrade policy.")
+    upgrade_policy: ClusterPolicyUpgradePolicy | None = opt(description="Rolling driver-upgrade policy.")
     manager: DriverManager | None = opt(description="The driver manager init step.")
     repo_config: RepoConfig | None = opt(description="Package repositories for the driver build.")
     cert_config: CertConfig | None = opt(description="CA certificates for package downloads.")

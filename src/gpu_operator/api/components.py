@@ -155,6 +155,34 @@ class Drain(ApiModel):
     delete_empty_dir: bool = Field(default=False, description="Also evict pods using emptyDir volumes.")
 
 
+class CanaryProbe(ApiModel):
+    """Extension: a Job run on each canary node once its new driver is validated; it must succeed."""
+
+    image: str = Field(min_length=1, description="The probe's container image.")
+    command: list[str] | None = opt(description="Its command (default: the image's entrypoint).")
+    args: list[str] | None = opt(description="Its arguments.")
+    gpus: int = Field(default=1, ge=0, description="nvidia.com/gpu the probe requests.")
+    timeout_seconds: int = Field(default=300, ge=1, description="The Job fails when it runs longer than this.")
+
+
+class CanaryGates(ApiModel):
+    """Extension: what a canary must show during its soak, beside the validator passing on its new driver."""
+
+    no_new_xids: bool = Field(default=True, description="No GpuUnhealthy (XID) Event on a canary since it started.")
+    exporter_ready: bool = Field(default=True, description="The GPU metrics exporter's pod is Ready on each canary.")
+    probe: CanaryProbe | None = opt(description="A Job of your own that must succeed on each canary.")
+
+
+class CanaryRollout(ApiModel):
+    """Extension: upgrade a first wave, check it for a soak time, then go on; halt (and roll back) on a failure."""
+
+    nodes: int = Field(default=1, ge=1, description="How many nodes the first wave (the canaries) takes.")
+    node_names: list[str] | None = opt(description="The canary nodes by name (instead of the first by name).")
+    soak_seconds: int = Field(default=300, ge=0, description="How long the canaries run the new driver first.")
+    gates: CanaryGates = Field(default_factory=CanaryGates, description="The health gates checked while soaking.")
+    auto_rollback: bool = Field(default=True, description="Return the canaries to the last good driver on a failure.")
+
+
 class DriverUpgradePolicy(ApiModel):
     """The rolling driver-upgrade policy (driver.upgradePolicy)."""
 
@@ -169,12 +197,31 @@ class DriverUpgradePolicy(ApiModel):
     drain: Drain | None = opt(description="Whether and how to drain the node before the upgrade.")
 
 
+class ClusterPolicyUpgradePolicy(DriverUpgradePolicy):
+    """The ClusterPolicy's driver.upgradePolicy: upstream's knobs and our canary stage."""
+
+    canary: CanaryRollout | None = opt(
+        description="Extension: a canary stage (first wave, health gates, soak, halt and roll back) for each rollout."
+    )
+
+
+class CanaryStatus(ApiModel):
+    """Extension: where the rollout's canary stage is (written by the upgrade controller only)."""
+
+    phase: str | None = opt(description="canary, soaking, proceeding, halted, rolling-back, rolled-back or empty.")
+    nodes: list[str] | None = opt(description="The canary nodes.")
+    target_version: str | None = opt(description="The driver version the rollout brings.")
+    good_version: str | None = opt(description="The last good driver version (the rollback target).")
+    reason: str | None = opt(description="Why the rollout halted, or what it waits for.")
+
+
 class DriverUpgradeStatus(ApiModel):
     """Progress of rolling driver upgrades (written by the upgrade controller only)."""
 
     auto_upgrade: bool = Field(description="Whether the policy upgrades drivers automatically.")
     nodes: dict[str, int] | None = opt(description="Managed nodes per nvidia.com/gpu-driver-upgrade-state value.")
     message: str | None = opt(description="A summary: nodes upgrading, done, failed, and why.")
+    canary: CanaryStatus | None = opt(description="Extension: the canary stage of the rollout, when one is set.")
 
 
 class NVIDIADriverUpgradePolicy(DriverUpgradePolicy):

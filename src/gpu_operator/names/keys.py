@@ -119,6 +119,13 @@ UPGRADE_DELETION_START = GPU_UPGRADE.deletion_start
 UPGRADE_DRAIN_START = GPU_UPGRADE.drain_start
 UPGRADE_FAILURE = GPU_UPGRADE.failure
 DRIVER_MANAGER_CORDONED = "nvidia.com/gpu-driver-manager.cordoned"
+# Ours: canary rollouts (docs/canary-rollouts.md). The driver DaemonSets say which spec.driver they were
+# rendered from (a digest; the canary stage compares it with the rollout's target and last good one); the
+# rollout's state lives in one ConfigMap per partition; `gpu-operator upgrade rollback` asks by annotation.
+DRIVER_SPEC_DIGEST = "nvidia.com/driver-spec-digest"
+DRIVER_ROLLOUT_CONFIGMAP = "nvidia-driver-rollout"
+DRIVER_ROLLBACK_REQUESTED = "nvidia.com/driver-rollback-requested"
+CANARY_PROBE_LABEL = "nvidia.com/driver-canary-probe"
 
 # --- Extended resources and CDI ---------------------------------------------------------------------
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -34,6 +34,7 @@ from gpu_operator.observe.status import REFUSED_CONDITION, Status, ignored_statu
 from gpu_operator.reconcile.daemonsets import readiness_of
 from gpu_operator.reconcile.nodelabels import label_changes_of
 from gpu_operator.reconcile.nvidiadriver import reconcile_drivers
+from gpu_operator.reconcile.rollback import spec_to_render, stamped
 from gpu_operator.reconcile.startuptaint import lift_startup_taints
 from gpu_operator.render import (
     PRUNE_KINDS,
@@ -245,14 +246,17 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
     previous = (active.get("status") or {}).get("conditions") or []
     try:
         policy = ClusterPolicy.model_validate(active)
+        # A canary rollout rolling back renders the last good driver (``reconcile.rollback``).
+        spec, driver_digest = await spec_to_render(kube, namespace=namespace, policy=active)
+        rendered = policy if spec is active.get("spec") else ClusterPolicy.model_validate({**active, "spec": spec})
         nodes = await kube.list_objects("v1", "Node")
         nodes, labelled = await label_nodes(kube, nodes=nodes, policy=policy)
         await label_namespace(kube, namespace=namespace, policy=policy)
         await lift_startup_taints(kube, nodes=nodes, spec=policy.spec, namespace=namespace)
         facts = await gather_facts(
-            kube, nodes=nodes, namespace=namespace, precompiled=bool(policy.spec.driver.use_precompiled)
+            kube, nodes=nodes, namespace=namespace, precompiled=bool(rendered.spec.driver.use_precompiled)
         )
-        states = _render(policy, active.get("spec") or {}, facts, operator=operator)
+        states = stamped(_render(rendered, spec, facts, operator=operator), digest=driver_digest)
         converged = await converge(
             kube, states=states, owner=active, namespace=namespace, service_monitors=facts.has_service_monitor_crd
         )

@@ -222,6 +222,7 @@ OPERATOR_NAMESPACE_RULES = (
     Rule(("",), ("secrets",), READ),
     Rule(("apps",), ("daemonsets",), MANAGE),
     Rule(("apps",), ("controllerrevisions",), READ),
+    Rule(("batch",), ("jobs",), ("get", "list", "watch", "create")),  # the canary rollouts' probe Jobs
     Rule(("rbac.authorization.k8s.io",), ("roles", "rolebindings"), MANAGE),
     Rule(("coordination.k8s.io",), ("leases",), ("get", "create", "update", "patch")),
     Rule(("coordination.k8s.io",), ("leases",), ("delete",), (LEADER_LEASE,)),

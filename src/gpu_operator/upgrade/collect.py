@@ -128,6 +128,7 @@ def driver_view(
         target_version=target_version,
         digest=digest,
         startup_seconds=startup(status),
+        spec_digest=_stamp(daemonset) or "",
     )
 
 
@@ -234,7 +235,7 @@ async def read_cluster(
         ds = by_uid.get(owner["uid"]) if owner and owner.get("kind") == "DaemonSet" else None
         newest_hash = newest.get(ds["metadata"]["uid"]) if ds else None
         target = targets[ds["metadata"]["uid"]] if ds else None
-        inputs = (ds["metadata"]["name"] if ds else None, newest_hash, target, source.version)
+        inputs = (ds["metadata"]["name"] if ds else None, newest_hash, target, source.version, _stamp(ds))
         entry = known.get(id(pod))
         if entry is None or entry[0] is not pod or entry[1] != inputs:
             view = driver_view(pod, daemonset=ds, newest_hash=newest_hash, version=source.version, target=target)
@@ -284,6 +285,11 @@ async def read_cluster(
             if node_name in cluster.node_validators:
                 cluster.node_validators[node_name].append(pod)
     return cluster
+
+
+def _stamp(daemonset: JSON | None) -> str | None:
+    """The spec.driver digest a driver DaemonSet says it was rendered from (canary rollouts)."""
+    return (daemonset["metadata"].get("annotations") or {}).get(keys.DRIVER_SPEC_DIGEST) if daemonset else None
 
 
 def _settling(daemonset: JSON) -> bool:

@@ -38,6 +38,7 @@ from gpu_operator.upgrade.execute import Applied, execute
 from gpu_operator.upgrade.model import Knobs, Snapshot, knobs_from
 from gpu_operator.upgrade.ofed import node_partition, policy_knobs
 from gpu_operator.upgrade.plan import Plan, plan
+from gpu_operator.upgrade.rollout import canary_stage, status_of
 from gpu_operator.upgrade.status import StatusOwner, summary, write_status
 
 log = logging.getLogger(__name__)
@@ -201,6 +202,9 @@ async def upgrade_pass(
         if isinstance(knobs, str):
             log.error("driver upgrades paused: %s", knobs)
             results.append(PartitionResult(partition=partition, knobs=Knobs(), counts=counts, error=knobs))
+            if partition in owners:
+                paused = {"autoUpgrade": True, "nodes": {s: n for s, n in counts.items() if s}, "message": knobs}
+                await write_status(kube, owner=owners[partition], desired=paused)
             continue
         if knobs.validation != validation:
             knobs = dataclasses.replace(knobs, validation=validation)
@@ -209,6 +213,9 @@ async def upgrade_pass(
             log.debug("driver upgrade pass held: %s", held)
             results.append(PartitionResult(partition=partition, knobs=knobs, counts=counts, held=held))
             continue
+        decision = None
+        if knobs.auto_upgrade and driver == GPU_DRIVER and partition == CLUSTER_POLICY:
+            knobs, decision = await canary_stage(kube, namespace=namespace, snapshot=snapshot, knobs=knobs)
         planned = plan(snapshot, knobs)
         applied = await execute(kube, planned)
         after = Counter(counts)
@@ -217,10 +224,12 @@ async def upgrade_pass(
             after[step.after or m.UNKNOWN] += 1
         if not knobs.auto_upgrade:
             after = Counter[str]()
-        wake = None if planned.window_opens is None else planned.window_opens - moment
+        wakes = [w for w in (None if planned.window_opens is None else planned.window_opens - moment,
+                             decision.wake_in if decision else None) if w is not None]  # fmt: skip
+        wake = min(wakes) if wakes else None
         results.append(PartitionResult(partition=partition, knobs=knobs, counts=+after, plan=planned, applied=applied,
                                        wake_in=wake))  # fmt: skip
         if partition in owners:
-            desired = summary(knobs=knobs, counts=+after, plan=planned)
+            desired = summary(knobs=knobs, counts=+after, plan=planned, canary=status_of(decision))
             await write_status(kube, owner=owners[partition], desired=desired)
     return UpgradeOutcome(partitions=tuple(results))

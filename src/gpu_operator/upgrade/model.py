@@ -86,6 +86,9 @@ class DriverPodView:
     target_version: str = ""  # DRIVER_VERSION of the DaemonSet's template
     digest: str = ""  # the pod's DRIVER_CONFIG_DIGEST
     startup_seconds: float | None = None  # from the pod's start to Ready: what an install took here
+    # The spec.driver digest its DaemonSet was rendered from (its DRIVER_SPEC_DIGEST annotation): with
+    # in_sync, which driver spec the pod runs (canary rollouts; "" when not stamped).
+    spec_digest: str = ""
 
     @property
     def key(self) -> str:
@@ -180,6 +183,19 @@ class Snapshot:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CanaryKnobs:
+    """Our canary stage (``upgradePolicy.canary``), resolved; see ``upgrade.canary``."""
+
+    count: int = 1
+    names: tuple[str, ...] = ()
+    soak_seconds: float = 300.0
+    xid_gate: bool = True
+    exporter_gate: bool = True
+    probe: Mapping[str, Any] | None = None  # the CanaryProbe as JSON (image, command, args, gpus, timeoutSeconds)
+    auto_rollback: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
 class Knobs:
     """One ``upgradePolicy`` with every default filled in (see upgrade-state-machine.md §2)."""
 
@@ -202,6 +218,11 @@ class Knobs:
     validation_timeout: float = VALIDATION_TIMEOUT
     max_driver_restarts: int = MAX_DRIVER_RESTARTS
     windows: WindowSchedule | None = None  # our maintenance windows: nodes start only inside them
+    canary: CanaryKnobs | None = None  # our canary stage: None = every node may start
+    # Set per pass by the canary stage (``upgrade.canary``): the only idle nodes that may start, and why
+    # the others wait (None: any node).
+    admit: frozenset[str] | None = None
+    admit_hold: str = ""
 
     def unavailable_cap(self, *, managed: int) -> int | None:
         """maxUnavailable as a node count: percentages of the managed nodes, rounded up."""
@@ -241,4 +262,22 @@ def knobs_from(
         drain_empty_dir=bool(drain and drain.delete_empty_dir),
         max_driver_restarts=max_driver_restarts,
         windows=windows,
+        canary=canary_knobs(getattr(policy, "canary", None)),  # the ClusterPolicy's only
+    )
+
+
+def canary_knobs(canary: Any) -> CanaryKnobs | None:
+    """The resolved canary stage of a ``CanaryRollout`` model (None: no canary stage)."""
+    if canary is None:
+        return None
+    gates = canary.gates
+    probe = gates.probe.model_dump(by_alias=True, exclude_none=True) if gates.probe is not None else None
+    return CanaryKnobs(
+        count=canary.nodes,
+        names=tuple(canary.node_names or ()),
+        soak_seconds=float(canary.soak_seconds),
+        xid_gate=gates.no_new_xids,
+        exporter_gate=gates.exporter_ready,
+        probe=probe,
+        auto_rollback=canary.auto_rollback,
     )

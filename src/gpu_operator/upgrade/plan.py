@@ -156,6 +156,10 @@ def _required(work: Work, slots: list[int]) -> bool:
         return False
     if not _window_open(work):
         return False
+    admit = work.knobs.admit
+    if admit is not None and node.name not in admit:
+        work.wait(work.knobs.admit_hold or "held by the canary stage")
+        return False
     if slots[0] > 0:
         slots[0] -= 1
     elif not node.unschedulable:
@@ -349,8 +353,27 @@ def _failed(work: Work, _slots: list[int]) -> bool:
         work.annotate(work.keys.failure, None)
         work.leave_maintenance(f"driver pod {driver.name} is ready again: recovered")
         return True
+    if driver is not None and not driver.in_sync and not driver.orphan and not driver.terminating and _new_pod(work):
+        # The new driver failed and the driver changed since (a fixed spec.driver, or a canary rollout rolling
+        # back): the node, still cordoned, upgrades again to it. Its slot was never given back.
+        work.annotate(work.keys.failure, None)
+        work.move(m.CORDON, "the driver changed since the upgrade failed: upgrading again")
+        return True
     work.wait(work.node.annotations.get(work.keys.failure, "upgrade failed"))
     return False
+
+
+def _new_pod(work: Work) -> bool:
+    """Whether the node's driver pod was created during its upgrade (after its first timer started): the
+    failed pod is the new driver's, not the old one the upgrade never got to replace."""
+    started = []
+    for key in timers(work.keys):
+        try:
+            started.append(float(work.node.annotations[key]))
+        except (KeyError, ValueError):
+            continue
+    driver = work.node.driver
+    return driver is not None and bool(started) and driver.created >= min(started)
 
 
 def _done(work: Work, slots: list[int]) -> bool:

@@ -30,7 +30,9 @@ class StatusOwner:
     behind: bool = False  # its spec is newer than the one the reconciler last applied (``applied_behind``)
 
 
-def summary(*, knobs: Knobs, counts: Mapping[str, int], plan: Plan | None) -> dict[str, Any]:
+def summary(
+    *, knobs: Knobs, counts: Mapping[str, int], plan: Plan | None, canary: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     nodes = {state: n for state, n in sorted(counts.items()) if state and n}
     if not knobs.auto_upgrade:
         return {"autoUpgrade": False, "nodes": {}, "message": "automatic driver upgrades are off"}
@@ -47,7 +49,13 @@ def summary(*, knobs: Knobs, counts: Mapping[str, int], plan: Plan | None) -> di
     windowed = next((s for s in plan.steps if s.waiting.startswith(WINDOW_CLOSED)), None) if plan else None
     if windowed is not None:  # say why the waiting nodes wait, and until when
         message += f"; {windowed.waiting}"
-    return {"autoUpgrade": True, "nodes": nodes, "message": message[:1024]}
+    held = next((s for s in plan.steps if s.waiting == knobs.admit_hold), None) if plan and knobs.admit_hold else None
+    if held is not None:  # the canary stage holds the other nodes: say why
+        message += f"; {held.waiting}"
+    out = {"autoUpgrade": True, "nodes": nodes, "message": message[:1024]}
+    if canary:
+        out["canary"] = dict(canary)
+    return out
 
 
 async def write_status(kube: Kube, *, owner: StatusOwner, desired: Mapping[str, Any]) -> bool:
@@ -58,5 +66,7 @@ async def write_status(kube: Kube, *, owner: StatusOwner, desired: Mapping[str, 
     body = dict(desired)
     stale = set(current.get("nodes") or {}) - set(desired.get("nodes") or {})
     body["nodes"] = {**dict.fromkeys(stale), **(desired.get("nodes") or {})}
+    if "canary" in current and "canary" not in desired:
+        body["canary"] = None  # a merge patch keeps what it does not name
     await kube.patch_status(owner.api_version, owner.kind, owner.name, {"driverUpgrade": body})
     return True
