@@ -125,6 +125,7 @@ DRIVER_MANAGER_CORDONED = "nvidia.com/gpu-driver-manager.cordoned"
 DRIVER_SPEC_DIGEST = "nvidia.com/driver-spec-digest"
 DRIVER_ROLLOUT_CONFIGMAP = "nvidia-driver-rollout"
 DRIVER_ROLLBACK_REQUESTED = "nvidia.com/driver-rollback-requested"
+DRIVER_ROLLOUT_PHASE = "nvidia.com/driver-rollout-phase"
 CANARY_PROBE_LABEL = "nvidia.com/driver-canary-probe"
 
 # --- Extended resources and CDI ---------------------------------------------------------------------

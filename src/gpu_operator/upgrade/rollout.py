@@ -49,9 +49,11 @@ def target_of(policy: Mapping[str, Any]) -> Target:
 
 async def read_rollout(kube: Kube, *, namespace: str) -> tuple[Rollout, JSON | None]:
     """The rollout as kept, and its ConfigMap (None before the first write)."""
-    cm = await kube.get("v1", "ConfigMap", CONFIGMAP, namespace=namespace)
-    if cm is None:
+    # Past the informer: its ConfigMaps are cached without their values.
+    found = await kube.list_objects("v1", "ConfigMap", namespace=namespace, fields={"metadata.name": CONFIGMAP})
+    if not found:
         return Rollout(), None
+    cm = found[0]
     asked = (cm["metadata"].get("annotations") or {}).get(keys.DRIVER_ROLLBACK_REQUESTED) == "true"
     return Rollout.from_data(cm.get("data"), rollback_requested=asked), cm
 
@@ -59,16 +61,22 @@ async def read_rollout(kube: Kube, *, namespace: str) -> tuple[Rollout, JSON | N
 async def write_rollout(kube: Kube, *, namespace: str, rollout: Rollout, current: JSON | None) -> None:
     """Write the rollout when it changed; a consumed rollback request is removed in the same write."""
     data = rollout.data()
-    asked = (((current or {}).get("metadata") or {}).get("annotations") or {}).get(keys.DRIVER_ROLLBACK_REQUESTED)
-    if current is not None and dict(current.get("data") or {}) == data and not asked:
+    meta = (current or {}).get("metadata") or {}
+    asked = (meta.get("annotations") or {}).get(keys.DRIVER_ROLLBACK_REQUESTED)
+    # The phase is also a label: a label change wakes the policy reconciler (its cache drops the values),
+    # which renders the last good driver while rolling back.
+    labels = {keys.DRIVER_ROLLOUT_PHASE: rollout.phase or "idle"}
+    same_labels = all((meta.get("labels") or {}).get(k) == v for k, v in labels.items())
+    if current is not None and dict(current.get("data") or {}) == data and not asked and same_labels:
         return
     if current is None:
         await kube.create({"apiVersion": "v1", "kind": "ConfigMap",
-                           "metadata": {"name": CONFIGMAP, "namespace": namespace}, "data": data})  # fmt: skip
+                           "metadata": {"name": CONFIGMAP, "namespace": namespace, "labels": labels},
+                           "data": data})  # fmt: skip
         return
-    body: JSON = {"data": data}
+    body: JSON = {"data": data, "metadata": {"labels": labels}}
     if asked:
-        body["metadata"] = {"annotations": {keys.DRIVER_ROLLBACK_REQUESTED: None}}
+        body["metadata"]["annotations"] = {keys.DRIVER_ROLLBACK_REQUESTED: None}
     await kube.patch("v1", "ConfigMap", CONFIGMAP, body, namespace=namespace)
 
 
