@@ -7,8 +7,10 @@ Three nodes run the first driver; the policy's canary stage takes one node first
    driver again, the canary returns to it and is uncordoned, the rollout ConfigMap says
    ``rolled-back`` and the policy's status names why. The other two nodes never changed: their
    driver pods are the same, they were never cordoned, never went past ``upgrade-required``.
-2. A good driver next: the canary passes the gate and soaks, then every node gets it; the rollout
-   keeps it as the new last good driver.
+2. A good driver next: ``gpu-operator upgrade plan`` shows the canary stage first; the canary passes
+   the gate and soaks, then every node gets it; the rollout keeps it as the new last good driver.
+3. A failing driver without ``autoRollback``: the rollout halts with the canary left failed, and
+   ``gpu-operator upgrade rollback`` takes it back; the other nodes again never change.
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ from __future__ import annotations
 import json
 import threading
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from click.testing import CliRunner
 from lightkube import Client, codecs
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.types import PatchType
 
+from gpu_operator.cli.main import cli
 from gpu_operator.kube.api import ClusterPolicyResource
 from gpu_operator.kube.crds import install_crds
 from gpu_operator.localcluster.cluster import LocalCluster
@@ -38,6 +44,7 @@ from tests.integration.conftest_sim import SimNodesFactory, SimProgramFactory, r
 
 JSON = dict[str, Any]
 GOOD_NEXT = "580.82.07"
+HALTING = "580.95.05"
 CANARY = {"nodes": 1, "soakSeconds": 3, "gates": {"exporterReady": False}}
 ADVANCED = {m.UNKNOWN, m.DONE, m.REQUIRED}  # what a node the canary stage holds may show
 
@@ -91,6 +98,29 @@ def _rollout(client: Client, namespace: str) -> dict[str, str]:
         return {}
 
 
+def _upgrade_message(client: Client) -> str:
+    obj: JSON = client.get(ClusterPolicyResource, "cluster-policy").to_dict()  # type: ignore[no-untyped-call]
+    return str(((obj.get("status") or {}).get("driverUpgrade") or {}).get("message", ""))
+
+
+def _proposal(client: Client, folder: Path, *, version: str) -> Path:
+    """The live ClusterPolicy with another driver version, as a file for ``upgrade plan --policy``."""
+    doc: JSON = client.get(ClusterPolicyResource, "cluster-policy").to_dict()  # type: ignore[no-untyped-call]
+    body = {"apiVersion": doc["apiVersion"], "kind": doc["kind"], "metadata": {"name": "cluster-policy"},
+            "spec": {**doc["spec"], "driver": {**doc["spec"]["driver"], "version": version}}}  # fmt: skip
+    path = folder / "proposed.yaml"
+    path.write_text(yaml.safe_dump(body), encoding="utf-8")
+    return path
+
+
+def _plan(cluster: LocalCluster, namespace: str, proposed: Path) -> JSON:
+    shown = CliRunner().invoke(cli, ["upgrade", "plan", "--kubeconfig", str(cluster.kubeconfig_path), "--namespace",
+                                     namespace, "--policy", str(proposed), "-o", "json"])  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    report: JSON = json.loads(shown.output)
+    return report
+
+
 def _canary_status(client: Client) -> JSON:
     obj: JSON = client.get(ClusterPolicyResource, "cluster-policy").to_dict()  # type: ignore[no-untyped-call]
     return dict(((obj.get("status") or {}).get("driverUpgrade") or {}).get("canary") or {})
@@ -105,7 +135,12 @@ def three_nodes(sim_nodes: SimNodesFactory, sim_program: SimProgramFactory, clie
 
 @pytest.mark.timeout(900)
 def test_a_bad_driver_halts_on_its_canary_and_rolls_back_and_a_good_one_completes(
-    local_cluster: LocalCluster, client: Client, namespace: str, simulator: Simulator, three_nodes: list[str]
+    local_cluster: LocalCluster,
+    client: Client,
+    namespace: str,
+    simulator: Simulator,
+    three_nodes: list[str],
+    tmp_path: Path,
 ) -> None:
     names = three_nodes
     canary, others = names[0], names[1:]
@@ -150,8 +185,15 @@ def test_a_bad_driver_halts_on_its_canary_and_rolls_back_and_a_good_one_complete
                        if e.involvedObject.kind == "ClusterPolicy"}  # fmt: skip
             assert {"DriverCanaryStarted", "DriverRollingBack", "DriverRolledBack"} <= reasons
 
-            # 2. A good driver next: the canary soaks, then every node gets it.
+            # 2. A good driver next: the preview shows the canary stage; the canary soaks, then every node gets it.
             simulator.fail_driver_install(canary, fail=False)
+            proposed = _proposal(client, tmp_path, version=GOOD_NEXT)
+            report = _plan(local_cluster, namespace, proposed)
+            assert report["canary"]["nodes"] == [canary]
+            assert report["waves"][0]["nodes"] == [canary]
+            assert {n for w in report["waves"][1:] for n in w["nodes"]} == set(others)
+            assert report["canary"]["othersStartAfterSeconds"] >= CANARY["soakSeconds"]
+            assert report["waves"][1]["startSeconds"] >= report["canary"]["othersStartAfterSeconds"]
             with Watcher(client, nodes=names, namespace=namespace) as watched:
                 client.patch(ClusterPolicyResource, "cluster-policy", {"spec": {"driver": {"version": GOOD_NEXT}}},
                              patch_type=PatchType.MERGE)  # fmt: skip
@@ -169,5 +211,34 @@ def test_a_bad_driver_halts_on_its_canary_and_rolls_back_and_a_good_one_complete
             reasons = {e.reason for e in client.list(Event, namespace="default")
                        if e.involvedObject.kind == "ClusterPolicy"}  # fmt: skip
             assert {"DriverCanarySoaking", "DriverCanaryPassed", "DriverRolloutComplete"} <= reasons
+            done = _drivers(client, namespace)
+
+            # 3. Without autoRollback a failing canary only halts the rollout; `upgrade rollback` takes it back.
+            simulator.fail_driver_install(canary, version=HALTING)
+            with Watcher(client, nodes=names, namespace=namespace) as watched:
+                halting = {"version": HALTING, "upgradePolicy": {"canary": {"autoRollback": False}}}
+                client.patch(ClusterPolicyResource, "cluster-policy", {"spec": {"driver": halting}},
+                             patch_type=PatchType.MERGE)  # fmt: skip
+                wait_for(lambda: _rollout(client, namespace).get("phase") == c.HALTED, timeout=300,
+                         describe="the rollout halted")  # fmt: skip
+                assert node_states(client, [canary])[canary] == m.FAILED  # left as it failed, for a look
+                assert "rollout halted" in _upgrade_message(client)
+                rollback = ["upgrade", "rollback", "--kubeconfig", str(local_cluster.kubeconfig_path),
+                            "--namespace", namespace]  # fmt: skip
+                shown = CliRunner().invoke(cli, rollback)
+                assert shown.exit_code == 0, shown.output
+                assert f"return from driver {HALTING} to {GOOD_NEXT}" in shown.output
+                wait_for(lambda: _rollout(client, namespace).get("phase") == c.ROLLED_BACK, timeout=300,
+                         describe="the halted rollout rolled back by hand")  # fmt: skip
+                wait_for(lambda: node_states(client, [canary])[canary] == m.DONE, timeout=60,
+                         describe="the canary upgrade-done again")  # fmt: skip
+            back = _drivers(client, namespace)
+            assert back[canary][1] == GOOD_NEXT
+            for node in others:
+                assert back[node] == done[node]
+                assert node not in watched.cordoned
+            again = CliRunner().invoke(cli, rollback)
+            assert again.exit_code != 0
+            assert "rolled-back" in again.output
         finally:
             client.delete(ClusterPolicyResource, "cluster-policy")

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpu_operator.api.validation import DocumentError, load_file
+from gpu_operator.cli.rollback import rollback_command
 from gpu_operator.names import network
 from gpu_operator.upgrade.drivers import CLUSTER_POLICY, DRIVERS, GPU_DRIVER, OFED_DRIVER
 from gpu_operator.upgrade.preview import Preview, preview
@@ -60,6 +61,7 @@ def to_json(result: Preview, proposal: Proposal) -> dict[str, Any]:
         "validationSeconds": proposal.validation_seconds,
         "estimatedSeconds": result.estimated_seconds,
         "maintenanceWindows": knobs.windows.summary() if knobs.windows else None,
+        "canary": _canary_json(result),
         "waves": [
             {
                 "index": w.index,
@@ -87,6 +89,41 @@ def to_json(result: Preview, proposal: Proposal) -> dict[str, Any]:
     }
 
 
+def _canary_json(result: Preview) -> dict[str, Any] | None:
+    canary = result.knobs.canary
+    if canary is None:
+        return None
+    return {
+        "nodes": list(result.canaries),
+        "soakSeconds": canary.soak_seconds,
+        "othersStartAfterSeconds": result.proceeds_seconds,
+        "gates": {
+            "validator": True,
+            "noNewXids": canary.xid_gate,
+            "exporterReady": canary.exporter_gate,
+            "probe": dict(canary.probe) if canary.probe else None,
+        },
+        "autoRollback": canary.auto_rollback,
+        "halts": result.halted or None,
+    }
+
+
+def _canary_line(result: Preview) -> str:
+    canary = result.knobs.canary
+    assert canary is not None
+    gates = ["validator", *(["no new XID"] if canary.xid_gate else []), *(["exporter Ready"] if canary.exporter_gate
+             else []), *(["probe Job"] if canary.probe else [])]  # fmt: skip
+    line = (f"Canary stage: {', '.join(result.canaries) or 'no node to take'} first, then a soak of "
+            f"{_duration(canary.soak_seconds)} under the gates ({', '.join(gates)})")  # fmt: skip
+    if result.halted:
+        return f"{line}; [red]{result.halted}: the rollout halts there[/red]" + (
+            " and rolls the canaries back" if canary.auto_rollback else ""
+        )
+    if result.proceeds_seconds is not None:
+        line += f"; the other nodes start after {_duration(result.proceeds_seconds)}"
+    return line + ("; a failed gate rolls the canaries back" if canary.auto_rollback else "; a failed gate halts")
+
+
 def print_preview(console: Console, result: Preview, proposal: Proposal) -> None:
     moving = [f for f in result.nodes if f.wave is not None]
     knobs = result.knobs
@@ -101,6 +138,8 @@ def print_preview(console: Console, result: Preview, proposal: Proposal) -> None
     )
     if knobs.windows is not None:
         console.print(f"Nodes start only inside the maintenance windows: {knobs.windows.summary()}")
+    if knobs.canary is not None:
+        console.print(_canary_line(result))
     waves = Table(title="Waves")
     for column in ("wave", "starts after", "starts at", "nodes"):
         waves.add_column(column)
@@ -212,3 +251,6 @@ def plan_command(
         click.echo(json.dumps(to_json(result, proposal), indent=2))
     else:
         print_preview(Console(), result, proposal)
+
+
+upgrade_group.add_command(rollback_command)

@@ -8,8 +8,9 @@ the clock jumps to the next moment something can happen (a driver becoming ready
 that start in the same pass form a wave. The result names, per node, its wave, the pods it will
 evict, the jobs it waits for and what blocks it, and the estimated duration. With maintenance windows
 the clock also jumps to the next opening while nodes wait for one, so each wave's start is the time
-it will really start. Because the live controller picks nodes with the same function and the same
-order, the rollout follows the preview.
+it will really start. With a canary stage (``upgradePolicy.canary``) the canaries go first, the others wait
+for them to finish and soak, and a canary that fails halts the forecast there. Because the live
+controller picks nodes with the same function and the same order, the rollout follows the preview.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 
 from gpu_operator.names.pods import PodView
 from gpu_operator.upgrade import model as m
+from gpu_operator.upgrade.canary import pick
 from gpu_operator.upgrade.model import Knobs, NodeView, Snapshot
 from gpu_operator.upgrade.plan import needs_upgrade, plan
 from gpu_operator.upgrade.steps import Step
@@ -54,6 +56,9 @@ class Preview:
     estimated_seconds: float
     install_seconds: float
     knobs: Knobs
+    canaries: tuple[str, ...] = ()  # the canary stage's first wave (our extension), when the policy has one
+    proceeds_seconds: float | None = None  # when the other nodes may start: the canaries done and soaked
+    halted: str = ""  # a canary failed: the rollout stops there (and rolls back with autoRollback)
 
     def wave_of(self, node: str) -> int | None:
         return next((f.wave for f in self.nodes if f.node == node), None)
@@ -181,10 +186,13 @@ def preview(snapshot: Snapshot, knobs: Knobs, *, install_seconds: float, validat
     forecasts = _forecasts(snapshot)
     waves: list[Wave] = []
     start = now = snapshot.now
+    stage = _Stage(canaries=pick(snapshot, knobs.canary) if knobs.canary is not None else (), knobs=knobs)
     for _ in range(MAX_PASSES):
         virtual.tick(now)
         current = dataclasses.replace(snapshot, nodes=tuple(virtual.nodes.values()), now=now)
-        planned = plan(current, knobs)
+        if stage.halted(virtual.nodes):
+            break
+        planned = plan(current, stage.knobs_at(now, virtual.nodes))
         if planned.started:
             waves.append(Wave(index=len(waves) + 1, start_seconds=now - start, nodes=planned.started))
             for name in planned.started:
@@ -195,7 +203,8 @@ def preview(snapshot: Snapshot, knobs: Knobs, *, install_seconds: float, validat
             if step.acts and virtual.apply(step, now):
                 acted = True
         if not acted:
-            upcoming = virtual.next_moment(now, knobs)
+            upcoming = min((t for t in (virtual.next_moment(now, knobs), stage.soaked) if t is not None and t > now),
+                           default=None)  # fmt: skip
             if upcoming is None:
                 break
             now = upcoming
@@ -209,6 +218,9 @@ def preview(snapshot: Snapshot, knobs: Knobs, *, install_seconds: float, validat
             forecast.outcome = m.DONE
         elif node.state in (m.DONE, m.UNKNOWN) and not needs_upgrade(node):
             forecast.outcome = "up-to-date"
+        elif stage.failed:
+            forecast.outcome = "held"
+            forecast.blockers.append(f"the rollout halts: {stage.failed}")
         else:
             forecast.outcome = "stuck"
             forecast.blockers.append(f"stays in {node.state or 'no state'}")
@@ -218,4 +230,36 @@ def preview(snapshot: Snapshot, knobs: Knobs, *, install_seconds: float, validat
         estimated_seconds=now - start,
         install_seconds=install_seconds,
         knobs=knobs,
+        canaries=stage.canaries,
+        proceeds_seconds=None if stage.soaked is None else stage.soaked - start,
+        halted=stage.failed,
     )
+
+
+@dataclass(kw_only=True)
+class _Stage:
+    """The canary stage in the virtual cluster: only the canaries start until they are done and soaked."""
+
+    canaries: tuple[str, ...]
+    knobs: Knobs
+    soaked: float | None = None  # when the soak ends
+    failed: str = ""
+
+    def halted(self, nodes: Mapping[str, NodeView]) -> bool:
+        bad = next((n for n in self.canaries if nodes[n].state == m.FAILED), None)
+        if bad is not None and not self.failed:
+            self.failed = f"canary {bad} failed"
+        return bool(self.failed)
+
+    def knobs_at(self, now: float, nodes: Mapping[str, NodeView]) -> Knobs:
+        if not self.canaries:
+            return self.knobs
+        done = all(nodes[n].state == m.DONE and not needs_upgrade(nodes[n]) for n in self.canaries)
+        if done and self.soaked is None:
+            assert self.knobs.canary is not None
+            self.soaked = now + self.knobs.canary.soak_seconds
+        if self.soaked is not None and now >= self.soaked:
+            return self.knobs
+        hold = "canary stage: soaking" if done else "canary stage: the canaries upgrade first"
+        admit = frozenset() if done else frozenset(self.canaries)
+        return dataclasses.replace(self.knobs, admit=admit, admit_hold=hold)
