@@ -44,10 +44,11 @@ def _objects(namespace: str) -> list[JSON]:
     plugin = {"name": "device-plugin", "image": "gpu-operator:test", "env": env,
               "command": ["gpu-operator", "agent", "device-plugin"]}  # fmt: skip
     selector = {keys.NFD_NVIDIA_PCI: "true", "gpu-operator.sim/node": "true"}
-    template = {"metadata": {"labels": {"app": "remediation-dp"}},
-                "spec": {"nodeSelector": selector, "terminationGracePeriodSeconds": 1, "containers": [plugin]}}  # fmt: skip
-    return [{"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "remediation-dp", "namespace": namespace},
-             "spec": {"selector": {"matchLabels": {"app": "remediation-dp"}}, "template": template}}]  # fmt: skip
+    pod_spec = {"nodeSelector": selector, "terminationGracePeriodSeconds": 1, "containers": [plugin]}
+    template = {"metadata": {"labels": {"app": "remediation-dp"}}, "spec": pod_spec}
+    meta = {"name": "remediation-dp", "namespace": namespace}
+    spec = {"selector": {"matchLabels": {"app": "remediation-dp"}}, "template": template}
+    return [{"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta, "spec": spec}]
 
 
 def _gpu_pod(*, name: str, namespace: str, node: str) -> JSON:
@@ -65,7 +66,7 @@ def _policy(*, dry_run: bool) -> JSON:
 
 
 def _events(client: Client, node: str, reason: str) -> list[JSON]:
-    fields = {"involvedObject.kind": "Node", "involvedObject.name": node, "reason": reason}
+    fields: dict[str, Any] = {"involvedObject.kind": "Node", "involvedObject.name": node, "reason": reason}
     return [e.to_dict() for e in client.list(Event, namespace="default", fields=fields)]
 
 
@@ -125,7 +126,7 @@ def test_an_xid_storm_remediates_one_node_and_the_breaker_stops_a_cascade(
     pods = {name: f"trainer-{i}" for i, name in enumerate(names)}
     for name, pod in pods.items():
         client.create(codecs.from_dict(_gpu_pod(name=pod, namespace=namespace, node=name)))
-    for name, pod in pods.items():
+    for pod in pods.values():
         wait_for(lambda p=pod: _running(client, p, namespace), timeout=60, describe=f"{pod} running")  # type: ignore[misc]
     first, *others = names
 
@@ -155,7 +156,8 @@ def test_an_xid_storm_remediates_one_node_and_the_breaker_stops_a_cascade(
             assert keys.REMEDIATION_REBOOT_REQUESTED in annotations
             assert taints == [{"key": keys.REMEDIATION_TAINT, "value": "reboot", "effect": "NoSchedule"}]
             (acted,) = _events(client, first, m.EVENT_REASON)
-            assert acted["type"] == "Warning" and "remediation reboot for XID 79" in acted["message"]
+            assert acted["type"] == "Warning"
+            assert "remediation reboot for XID 79" in acted["message"]
             assert _metric(thread, 'gpu_operator_remediation_actions_total{action="reboot",xid="79",dry_run="false"} 1')
             assert _metric(thread, "gpu_operator_remediation_nodes 1")
 

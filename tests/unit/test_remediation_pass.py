@@ -89,14 +89,17 @@ def test_an_xid_storm_taints_the_node_evicts_its_gpu_pod_and_records_one_event_a
     outcome = _pass(api, metrics)
     node = _node(api, "gpu-0")
     annotations = node["metadata"]["annotations"]
-    assert annotations[keys.REMEDIATION_STATE] == "reboot" and annotations[keys.REMEDIATION_XID] == "79"
-    assert annotations[keys.REMEDIATION_BOOT_ID] == "boot-1" and keys.REMEDIATION_REBOOT_REQUESTED in annotations
+    assert annotations[keys.REMEDIATION_STATE] == "reboot"
+    assert annotations[keys.REMEDIATION_XID] == "79"
+    assert annotations[keys.REMEDIATION_BOOT_ID] == "boot-1"
+    assert keys.REMEDIATION_REBOOT_REQUESTED in annotations
     assert node["spec"]["taints"] == [{"key": keys.REMEDIATION_TAINT, "value": "reboot", "effect": "NoSchedule"}]
     assert api.get("v1", "pods", "trainer-0", "work") is None  # evicted
     assert len(_events(api, m.EVENT_REASON)) == 1
     assert 'gpu_operator_remediation_actions_total{action="reboot",xid="79",dry_run="false"} 1' in metrics.lines()
     assert "gpu_operator_remediation_nodes 1" in metrics.lines()
-    assert outcome.plan is not None and outcome.plan.in_remediation == 1
+    assert outcome.plan is not None
+    assert outcome.plan.in_remediation == 1
     _pass(api, metrics)  # the same storm, a second pass: nothing new
     assert len(_events(api, m.EVENT_REASON)) == 1
     # The node rebooted: the remediation ends.
@@ -136,7 +139,8 @@ def test_remediation_off_reads_no_events_and_changes_nothing() -> None:
     _storm(api, "gpu-0", 79)
     before = dict(api.objects)
     outcome = _pass(api, RemediationMetrics())
-    assert outcome.plan is None and api.objects == before
+    assert outcome.plan is None
+    assert api.objects == before
 
 
 @pytest.mark.parametrize(
