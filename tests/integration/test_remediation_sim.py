@@ -7,8 +7,8 @@ operands are kept off the nodes (``nvidia.com/gpu.deploy.operands=false``): only
 
 1. Dry run: an XID 79 storm on node 0 gives one ``GpuRemediationDryRun`` Event; node 0 keeps no taint,
    no remediation annotation, and its GPU pod.
-2. Dry run off: node 0 (its XIDs are within ``quietSeconds``) is remediated once: the reboot taint, the
-   reboot request, its GPU pod evicted, one ``GpuRemediation`` Event and the action counted.
+2. Dry run off: node 0 (its XIDs are within ``quietSeconds``) is remediated once: the reboot taint, its
+   GPU pod evicted, then the reboot request; ``GpuRemediation`` Events say both and the action is counted.
 3. Cascade: storms on nodes 1 and 2 with ``maxNodes: 1``: neither is tainted or drained; each gets a
    circuit-breaker Warning, counted in the breaker metric.
 """
@@ -150,14 +150,16 @@ def test_an_xid_storm_remediates_one_node_and_the_breaker_stops_a_cascade(
                          patch_type=PatchType.MERGE)  # fmt: skip
             wait_for(lambda: not _running(client, pods[first], namespace), timeout=60,
                      describe=f"{pods[first]} evicted")  # fmt: skip
+            wait_for(lambda: keys.REMEDIATION_REBOOT_REQUESTED in _remediation(_node(client, first))[0], timeout=30,
+                     describe="the reboot requested once the GPU pod is gone")  # fmt: skip
             annotations, taints = _remediation(_node(client, first))
             assert annotations[keys.REMEDIATION_STATE] == "reboot"
             assert annotations[keys.REMEDIATION_XID] == "79"
-            assert keys.REMEDIATION_REBOOT_REQUESTED in annotations
             assert taints == [{"key": keys.REMEDIATION_TAINT, "value": "reboot", "effect": "NoSchedule"}]
-            (acted,) = _events(client, first, m.EVENT_REASON)
+            acted, requested = sorted(_events(client, first, m.EVENT_REASON), key=lambda e: "drained" in e["message"])
             assert acted["type"] == "Warning"
             assert "remediation reboot for XID 79" in acted["message"]
+            assert "GPU pods drained: reboot requested" in requested["message"]
             assert _metric(thread, 'gpu_operator_remediation_actions_total{action="reboot",xid="79",dry_run="false"} 1')
             assert _metric(thread, "gpu_operator_remediation_nodes 1")
 
@@ -176,6 +178,6 @@ def test_an_xid_storm_remediates_one_node_and_the_breaker_stops_a_cascade(
                 assert held["message"].startswith("circuit breaker open: 1 nodes already in remediation")
                 assert _events(client, name, m.EVENT_REASON) == []
             assert _metric(thread, 'gpu_operator_remediation_breaker_open_total{action="reboot"} 2')
-            assert len(_events(client, first, m.EVENT_REASON)) == 1  # still one remediation on the first node
+            assert len(_events(client, first, m.EVENT_REASON)) == 2  # still one remediation on the first node
         finally:
             client.delete(ClusterPolicyResource, POLICY)

@@ -92,7 +92,7 @@ def test_an_xid_storm_taints_the_node_evicts_its_gpu_pod_and_records_one_event_a
     assert annotations[keys.REMEDIATION_STATE] == "reboot"
     assert annotations[keys.REMEDIATION_XID] == "79"
     assert annotations[keys.REMEDIATION_BOOT_ID] == "boot-1"
-    assert keys.REMEDIATION_REBOOT_REQUESTED in annotations
+    assert keys.REMEDIATION_REBOOT_REQUESTED not in annotations  # asked for once the GPU pods are gone
     assert node["spec"]["taints"] == [{"key": keys.REMEDIATION_TAINT, "value": "reboot", "effect": "NoSchedule"}]
     assert api.get("v1", "pods", "trainer-0", "work") is None  # evicted
     assert len(_events(api, m.EVENT_REASON)) == 1
@@ -100,8 +100,12 @@ def test_an_xid_storm_taints_the_node_evicts_its_gpu_pod_and_records_one_event_a
     assert "gpu_operator_remediation_nodes 1" in metrics.lines()
     assert outcome.plan is not None
     assert outcome.plan.in_remediation == 1
-    _pass(api, metrics)  # the same storm, a second pass: nothing new
-    assert len(_events(api, m.EVENT_REASON)) == 1
+    _pass(api, metrics)  # the pod is gone: the reboot is asked for
+    node = _node(api, "gpu-0")
+    assert keys.REMEDIATION_REBOOT_REQUESTED in node["metadata"]["annotations"]
+    assert len(_events(api, m.EVENT_REASON)) == 2
+    _pass(api, metrics)  # the same storm, a third pass: nothing new
+    assert len(_events(api, m.EVENT_REASON)) == 2
     # The node rebooted: the remediation ends.
     api.put({**node, "status": _node_info("boot-2")}, plural="nodes")
     _pass(api, metrics)

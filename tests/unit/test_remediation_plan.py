@@ -146,11 +146,15 @@ def test_reset_falls_back_to_drain_when_driver_upgrades_are_off() -> None:
 def test_reboot_requests_a_reboot_drains_and_ends_when_the_boot_id_changes() -> None:
     nodes = [_node("a", pods=[_gpu_pod("trainer")], boot_id="boot-1")]
     signals = tuple(_storm("a", 79))
-    (node,) = _apply(nodes, plan(Snapshot(nodes=tuple(nodes), signals=signals, now=T0), ON))
-    assert _state(node) == "reboot"
-    assert node.taint == "reboot"
-    assert node.pods == ()
-    assert node.annotations[keys.REMEDIATION_REBOOT_REQUESTED] == m.stamp(T0)
+    (draining,) = _apply(nodes, plan(Snapshot(nodes=tuple(nodes), signals=signals, now=T0), ON))
+    assert _state(draining) == "reboot"
+    assert draining.taint == "reboot"
+    assert draining.pods == ()
+    assert keys.REMEDIATION_REBOOT_REQUESTED not in draining.annotations  # not before the GPU pods are gone
+    done = plan(Snapshot(nodes=(draining,), signals=signals, now=T0 + 2), ON)
+    (node,) = _apply([draining], done)
+    assert node.annotations[keys.REMEDIATION_REBOOT_REQUESTED] == m.stamp(T0 + 2)
+    assert "GPU pods drained: reboot requested" in _events(done)[0][1]
     # Long past the quiet period, the node has not rebooted: it stays.
     (later,) = _apply([node], plan(Snapshot(nodes=(node,), signals=signals, now=T0 + 7200), ON))
     assert _state(later) == "reboot"
@@ -254,3 +258,15 @@ def test_a_half_written_state_is_repaired() -> None:
     untainted = _node("b", annotations={keys.REMEDIATION_STATE: "drain", keys.REMEDIATION_SINCE: m.stamp(T0)})
     (tainted,) = _apply([untainted], plan(Snapshot(nodes=(untainted,), now=T0 + 1), ON))
     assert tainted.taint == "drain"
+
+
+def test_turning_dry_run_on_ends_the_remediations_under_way() -> None:
+    nodes = [_node("a")]
+    (node,) = _apply(nodes, plan(Snapshot(nodes=tuple(nodes), signals=tuple(_storm("a", 999)), now=T0), ON))
+    assert _state(node) == "taint"
+    dry = dataclasses.replace(ON, dry_run=True)
+    done = plan(Snapshot(nodes=(node,), signals=tuple(_storm("a", 999)), now=T0 + 1), dry)
+    (clear,) = _apply([node], done)
+    assert _state(clear) is None
+    assert clear.taint is None
+    assert "dry run turned on" in _events(done)[0][1]

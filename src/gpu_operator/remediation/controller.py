@@ -127,7 +127,7 @@ async def remediation_pass(
     nodes, count = await read_nodes(kube, signals=signals, quiet_seconds=quiet, now=now)
     settings = settings_of(spec, gpu_nodes=count, now=now) if spec is not None else Settings()
     planned = plan(Snapshot(nodes=nodes, signals=signals, notes=notes, now=now), settings)
-    applied = await execute(kube, planned.steps, nodes, dry_run=settings.dry_run)
+    applied = await execute(kube, planned.steps, nodes)
     metrics.record(applied.done, in_remediation=planned.in_remediation)
     for step in planned.steps:
         if step.waiting:

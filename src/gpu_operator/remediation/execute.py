@@ -44,9 +44,7 @@ def taint_patch(read: Sequence[object], new: Sequence[object]) -> list[dict[str,
             {"op": "replace", "path": "/spec/taints", "value": list(new)}]  # fmt: skip
 
 
-async def apply_step(kube: Kube, step: Step, node: NodeView, applied: Applied, *, dry_run: bool) -> None:
-    if dry_run and (step.changes_node or step.evict):
-        raise AssertionError(f"a dry-run plan changes node {step.node}")  # the planner never does
+async def apply_step(kube: Kube, step: Step, node: NodeView, applied: Applied) -> None:
     if step.annotations:
         await kube.patch("v1", "Node", step.node, {"metadata": {"annotations": dict(step.annotations)}})
         applied.patched += 1
@@ -68,7 +66,7 @@ async def apply_step(kube: Kube, step: Step, node: NodeView, applied: Applied, *
     applied.done.append(step)
 
 
-async def execute(kube: Kube, steps: Sequence[Step], nodes: Sequence[NodeView], *, dry_run: bool) -> Applied:
+async def execute(kube: Kube, steps: Sequence[Step], nodes: Sequence[NodeView]) -> Applied:
     """Apply every step; one node's failure is logged and reported, the others go on."""
     applied = Applied()
     by_name = {n.name: n for n in nodes}
@@ -77,8 +75,7 @@ async def execute(kube: Kube, steps: Sequence[Step], nodes: Sequence[NodeView], 
     async def one(step: Step) -> None:
         async with limit:
             try:
-                await apply_step(kube, step, by_name.get(step.node, NodeView(name=step.node)), applied,
-                                 dry_run=dry_run)  # fmt: skip
+                await apply_step(kube, step, by_name.get(step.node, NodeView(name=step.node)), applied)
             except Exception as error:  # the next pass retries from the cluster's state
                 log.warning("remediation of node %s: %s", step.node, error)
                 applied.errors.append(f"{step.node}: {error}")

@@ -8,13 +8,15 @@ Per GPU node, from the XID signals newer than what the node has already answered
   run (an Event saying what would be done, nothing else). Each breaker or dry-run Event is recorded
   once per new XID: the controller's own earlier Events say which signals were already reported;
 - in remediation: a stronger action escalates it; drain and reboot evict the node's GPU pods, only
-  while a maintenance window is open; it ends (taint and annotations gone, an Event) after
-  ``quiet_seconds`` without an XID (taint, drain), once the driver upgrade machine reloaded the driver
-  (reset: state ``upgrade-done``, no request left) or once the node's bootID changed (reboot).
+  while a maintenance window is open (a reboot is requested once they are gone); it ends (taint and
+  annotations gone, an Event) after ``quiet_seconds`` without an XID (taint, drain), once the driver
+  upgrade machine reloaded the driver (reset: state ``upgrade-done``, no request left) or once the
+  node's bootID changed (reboot).
 
 The state lives on the Node (``keys.REMEDIATION_*`` annotations and the remediation taint), so a
 restarted operator continues where the last one stopped; a taint without state (or the reverse) is
 repaired. Leaving remediation writes ``keys.REMEDIATION_HANDLED``: older XIDs never count again.
+Remediation turned off, or dry run turned on, ends every remediation: the operator stops acting.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_operator.names import keys
+from gpu_operator.names.pods import PodView
 from gpu_operator.remediation import model as m
 from gpu_operator.remediation.model import Event, NodeView, Plan, Settings, Signal, Snapshot, Step
 from gpu_operator.upgrade.model import DONE as UPGRADE_DONE
@@ -85,8 +88,8 @@ def _node(node: NodeView, signals: Sequence[Signal], p: _Pass) -> Step | None:
         if not p.settings.enabled:
             return None
         return _start(node, signals, p)
-    if not p.settings.enabled:
-        return _release(node, "remediation is disabled", p)
+    if not p.settings.enabled or p.settings.dry_run:
+        return _release(node, "remediation is disabled" if not p.settings.enabled else "dry run turned on", p)
     return _continue(node, current, signals, p)
 
 
@@ -141,13 +144,16 @@ def _enter(node: NodeView, action: str, xid: int, p: _Pass, *, previous: str | N
     if action == "reset":
         wanted[keys.UPGRADE_REQUESTED] = "true"
         detail += f"; driver reload requested ({keys.UPGRADE_REQUESTED}=true), which resets the GPUs"
-    if action == "reboot":
-        wanted[keys.REMEDIATION_REBOOT_REQUESTED] = m.stamp(now)
-        wanted[keys.REMEDIATION_BOOT_ID] = node.boot_id
-        detail += f"; reboot requested ({keys.REMEDIATION_REBOOT_REQUESTED})"
     evict, waiting = _drain(node, p) if action in DRAINING else ((), "")
     if action in DRAINING:
-        detail += f"; evicting {len(evict)} GPU pods" if not waiting else f"; {waiting}"
+        detail += f"; evicting {len(evict)} GPU pods" if evict else f"; {waiting}" if waiting else ""
+    if action == "reboot":
+        wanted[keys.REMEDIATION_BOOT_ID] = node.boot_id
+        if _drained(node):  # no GPU pod to move first: ask at once
+            wanted[keys.REMEDIATION_REBOOT_REQUESTED] = m.stamp(now)
+            detail += f"; reboot requested ({keys.REMEDIATION_REBOOT_REQUESTED})"
+        else:
+            wanted[keys.REMEDIATION_REBOOT_REQUESTED] = None  # asked for once the GPU pods are gone
     how = f"escalated from {previous} to {action}" if previous else f"remediation {action}"
     message = f"{how} for XID {xid}: {detail}{fallback}"
     return Step(node=node.name, annotations=_changes(node, wanted), taints=tuple(taints_with(node, action)),
@@ -159,9 +165,17 @@ def _changes(node: NodeView, wanted: Mapping[str, str | None]) -> dict[str, str 
     return {k: v for k, v in wanted.items() if node.annotations.get(k) != v}
 
 
+def _gpu_pods(node: NodeView) -> list[PodView]:
+    return [pod for pod in node.pods if pod.gpu and not pod.stays]
+
+
+def _drained(node: NodeView) -> bool:
+    return not _gpu_pods(node)
+
+
 def _drain(node: NodeView, p: _Pass) -> tuple[tuple[str, ...], str]:
     """GPU pods to evict now, and why the node waits (on a window or on pods still terminating)."""
-    pods = [pod for pod in node.pods if pod.gpu and not pod.stays]
+    pods = _gpu_pods(node)
     if not pods:
         return (), ""
     if not p.settings.window_open:
@@ -199,6 +213,11 @@ def _continue(node: NodeView, current: str, signals: Sequence[Signal], p: _Pass)
         booted = node.annotations.get(keys.REMEDIATION_BOOT_ID, "")
         if node.boot_id and node.boot_id != booted:
             return _release(node, "the node rebooted (its bootID changed)", p)
+        if keys.REMEDIATION_REBOOT_REQUESTED not in node.annotations and _drained(node):
+            wanted = {keys.REMEDIATION_REBOOT_REQUESTED: m.stamp(p.snapshot.now)}
+            message = f"GPU pods drained: reboot requested ({keys.REMEDIATION_REBOOT_REQUESTED})"
+            return Step(node=node.name, annotations=wanted, event=Event(reason=m.EVENT_REASON, message=message),
+                        taints=tuple(taints_with(node, current)) if node.taint != current else None)  # fmt: skip
         p.waits.append(SLOW_REQUEUE)
     repair = taints_with(node, current) if node.taint != current else None
     evict, waiting = _drain(node, p) if current in DRAINING else ((), "")
