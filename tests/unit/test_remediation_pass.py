@@ -18,6 +18,7 @@ from gpu_operator.kube.api import Kube
 from gpu_operator.kube.fakeapi import FakeApi
 from gpu_operator.kube.objects import event_body
 from gpu_operator.names import keys
+from gpu_operator.reconcile.caches import operator_informers
 from gpu_operator.remediation import model as m
 from gpu_operator.remediation.controller import RemediationMetrics, RemediationOutcome, remediation_pass
 from gpu_operator.render.rbac import OPERATOR_CLUSTER_RULES, Rule, covers
@@ -163,3 +164,24 @@ def test_invalid_settings_are_refused_naming_the_field(remediation: JSON, field:
 
 def test_the_operator_may_read_the_node_events_it_remediates_on() -> None:
     assert covers(OPERATOR_CLUSTER_RULES, Rule(("",), ("events",), ("get", "list", "watch")))
+
+
+def test_the_device_plugins_events_and_node_changes_wake_remediation_other_events_do_not() -> None:
+    woken: list[str] = []
+    informers = operator_informers(None, namespace="gpu-operator", wake_all=lambda: woken.append("all"),
+                                   wake_reconciler=lambda: woken.append("reconciler"),
+                                   wake_upgrade=lambda: woken.append("up"),
+                                   wake_remediation=lambda: woken.append("remediation"))  # fmt: skip
+    (events,) = [i for i in informers if i.kind == "Event"]
+    assert (events.namespace, events.fields) == ("default", "involvedObject.kind=Node")
+    unhealthy = event_body(involved={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-0"}},
+                           reason="GpuUnhealthy", message="GPU-1 unhealthy after XID 79", component="dp",
+                           namespace="default")  # fmt: skip
+    events.apply("ADDED", unhealthy | {"metadata": {"name": "e1", "namespace": "default"}})
+    events.apply("ADDED", unhealthy | {"metadata": {"name": "e2", "namespace": "default"}, "reason": "NodeReady"})
+    assert woken == ["remediation"]
+    cached = events.items[("default", "e1")]
+    assert cached["message"] == "GPU-1 unhealthy after XID 79"  # what the controller reads is kept
+    (nodes,) = [i for i in informers if i.kind == "Node"]
+    nodes.apply("ADDED", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-0"}})
+    assert "remediation" in woken[1:]
