@@ -188,3 +188,15 @@ def test_the_operator_may_not_touch_secrets_exec_or_delete_nodes(
         if _allowed(client, namespace=namespace, account=OPERATOR, check=_check(*forbidden, namespace))
     ]
     assert allowed == []
+
+
+def test_only_the_operator_may_watch_node_events(client: Client, namespace: str, applied: list[dict[str, Any]]) -> None:
+    """Light remediation reads the device plugin's GpuUnhealthy Events in ``default``; no operand reads Events."""
+    for verb in ("get", "list", "watch"):
+        assert _allowed(client, namespace=namespace, account=OPERATOR, check=(verb, "", "events", "", "default"))
+    accounts = sorted(
+        o["metadata"]["name"] for o in applied if o["kind"] == "ServiceAccount" and o["metadata"]["name"] != OPERATOR
+    )
+    readers = [a for a in accounts if _allowed(client, namespace=namespace, account=a,
+                                               check=("list", "", "events", "", "default"))]  # fmt: skip
+    assert readers == []

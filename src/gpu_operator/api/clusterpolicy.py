@@ -39,6 +39,7 @@ from gpu_operator.api.components import (
     SidecarComponent,
 )
 from gpu_operator.api.corev1 import PodSecurityContext
+from gpu_operator.api.remediation import RemediationSpec
 from gpu_operator.api.sandbox import (
     CCManagerSpec,
     KataManagerSpec,
@@ -350,6 +351,9 @@ class ClusterPolicySpec(ApiModel):
     )
     maintenance_windows: MaintenanceWindowsSpec | None = opt(
         description="Extension: when disruptive work may start (cron schedules in a time zone); absent: any time."
+    )
+    remediation: RemediationSpec = section(
+        RemediationSpec, description="Extension: light remediation of GPU nodes after XID errors (default off)."
     )
 
 

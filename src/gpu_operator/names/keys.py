@@ -128,6 +128,25 @@ DRIVER_ROLLBACK_REQUESTED = "nvidia.com/driver-rollback-requested"
 DRIVER_ROLLOUT_PHASE = "nvidia.com/driver-rollout-phase"
 CANARY_PROBE_LABEL = "nvidia.com/driver-canary-probe"
 
+# --- Light remediation (the remediation controller writes these; the cluster's reboot tooling reads one) --
+REMEDIATION_PREFIX = "nvidia.com/gpu-remediation"
+REMEDIATION_TAINT = REMEDIATION_PREFIX  # taint nvidia.com/gpu-remediation=<action>:NoSchedule while in remediation
+REMEDIATION_STATE = f"{REMEDIATION_PREFIX}.state"  # annotation: taint, drain, reset or reboot
+REMEDIATION_XID = f"{REMEDIATION_PREFIX}.xid"  # annotation: the XID that chose the action
+REMEDIATION_SINCE = f"{REMEDIATION_PREFIX}.since"  # annotation: RFC 3339 time the remediation began
+REMEDIATION_BOOT_ID = f"{REMEDIATION_PREFIX}.boot-id"  # annotation: the node's bootID when a reboot was asked
+#: Annotation left when a node leaves remediation: XIDs up to this RFC 3339 time are answered.
+REMEDIATION_HANDLED = f"{REMEDIATION_PREFIX}.handled-until"
+#: Annotation for the cluster's own reboot tooling: the RFC 3339 time a reboot was asked for.
+REMEDIATION_REBOOT_REQUESTED = f"{REMEDIATION_PREFIX}.reboot-requested"
+REMEDIATION_ANNOTATIONS = (
+    REMEDIATION_STATE,
+    REMEDIATION_XID,
+    REMEDIATION_SINCE,
+    REMEDIATION_BOOT_ID,
+    REMEDIATION_REBOOT_REQUESTED,
+)
+
 # --- Extended resources and CDI ---------------------------------------------------------------------
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"

@@ -1,10 +1,10 @@
 """The operator's informers, and which work key each change wakes.
 
-Sixteen caches serve every list a pass makes of a large or busy kind: ClusterPolicies, NVIDIADrivers,
+Seventeen caches serve every list a pass makes of a large or busy kind: ClusterPolicies, NVIDIADrivers,
 Nodes (slim), the operator namespace's DaemonSets, ConfigMaps and Secrets (metadata only: a pass
 needs their names, owners and applied hashes, and Helm keeps whole releases in Secrets; ConfigMaps
 also keep their data keys, which NVIDIA's driver mounts one by one), the driver DaemonSets'
-ControllerRevisions, the driver and validator pods (slim), and the other kinds a state owns
+ControllerRevisions, the driver and validator pods (slim), the Node Events (slim), and the other kinds a state owns
 (:data:`OWNED_KINDS`: ServiceAccounts, Services, RBAC objects, RuntimeClasses carrying the state label,
 metadata only), which every pass lists to find what to prune and which hashes are applied: seven
 lists a pass, most of a pass's requests and CPU, now read from memory. ServiceMonitors (only when
@@ -26,6 +26,9 @@ A change wakes the work keys that read it (one writer, one reader per fact):
 - a Node: the upgrade controller always; the policy reconciler only when something it reads changed
   (labels other than the upgrade controller's own, the container runtime, a node added or removed),
   so a rollout's own node writes do not keep the reconciler busy;
+- Node Events in the namespace where they live (``remediation.collect``): the remediation controller
+  only, and only for the device plugin's ``GpuUnhealthy`` and the remediation controller's own
+  reasons; a Node change wakes it too (its taints, annotations and bootID are its state);
 - driver ControllerRevisions, driver and validator pods: the upgrade controller only. The pods'
   readiness is how it moves a node on (a pass reacts to the pod becoming Ready, instead of finding
   it on a timer). A validator pod only while its node waits on validation (the only nodes whose
@@ -44,6 +47,7 @@ from gpu_operator.kube.informer import JSON, Informer, watching
 from gpu_operator.kube.slim import slim_config_map, slim_metadata, slim_node, slim_pod
 from gpu_operator.names import keys
 from gpu_operator.names.objects import is_ready
+from gpu_operator.remediation.collect import EVENT_FIELDS, EVENT_NAMESPACE, REASONS, slim_event
 from gpu_operator.render.states import PRUNE_KINDS
 from gpu_operator.upgrade.collect import DRIVER_SELECTOR, VALIDATOR_SELECTOR, VALIDATORS_NEEDED
 from gpu_operator.upgrade.model import GPU, KEY_PREFIX
@@ -85,8 +89,18 @@ def _tainted(nodes: Informer, pod: JSON) -> bool:
     return bool(node and (node.get("spec") or {}).get("taints"))
 
 
+def _nobody() -> None:
+    return None
+
+
 def operator_informers(
-    client: Any, *, namespace: str, wake_all: Wake, wake_reconciler: Wake, wake_upgrade: Wake
+    client: Any,
+    *,
+    namespace: str,
+    wake_all: Wake,
+    wake_reconciler: Wake,
+    wake_upgrade: Wake,
+    wake_remediation: Wake = _nobody,
 ) -> tuple[Informer, ...]:
     """The informers of an operator in ``namespace``, each telling the right keys about its changes."""
 
@@ -104,10 +118,15 @@ def operator_informers(
             wake_all()
 
     def node_changed(old: JSON | None, new: JSON | None) -> None:
+        wake_remediation()
         if reconciler_view(old) != reconciler_view(new):
             wake_all()
         else:
             wake_upgrade()
+
+    def event_changed(old: JSON | None, new: JSON | None) -> None:
+        if new is not None and new.get("reason") in REASONS:
+            wake_remediation()
 
     def daemonset_changed(old: JSON | None, new: JSON | None) -> None:
         wake_reconciler()
@@ -138,6 +157,8 @@ def operator_informers(
                  on_change=upgrades),
         watching(client, "v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR, transform=slim_pod,
                  on_change=validator_changed),
+        watching(client, "v1", "Event", namespace=EVENT_NAMESPACE, fields=EVENT_FIELDS, transform=slim_event,
+                 on_change=event_changed),
         *(
             watching(client, api_version, kind, namespace=namespace if namespaced else None,
                      labels={keys.OPERAND_STATE: None}, transform=slim_metadata, on_change=reconciler)

@@ -1,10 +1,11 @@
 """The operator process: its informers, work keys and Lease, wired on the one runtime (``gpu_operator.runtime``).
 
 Informers (``reconcile.caches``) keep ClusterPolicies, NVIDIADrivers, Nodes, the operator's
-DaemonSets and the driver and validator pods in memory; their changes carry no work, they only wake
-a work key, so a burst of a thousand node updates costs one pass. Two keys run side by side as
-:class:`~gpu_operator.runtime.loop.Loop` objects: ``reconcile`` (:func:`reconcile_once`, the policies,
-NVIDIADrivers and node labels) and ``driver-upgrade`` (:func:`upgrade_pass`). Between events each
+DaemonSets, the driver and validator pods and the Node Events in memory; their changes carry no work,
+they only wake a work key, so a burst of a thousand node updates costs one pass. Three keys run side
+by side as :class:`~gpu_operator.runtime.loop.Loop` objects: ``reconcile`` (:func:`reconcile_once`, the
+policies, NVIDIADrivers and node labels), ``driver-upgrade`` (:func:`upgrade_pass`) and ``remediation``
+(:func:`~gpu_operator.remediation.controller.remediation_pass`, light remediation after XID errors). Between events each
 requeues on its own interval (the reconciler 5 s while not ready); a failed pass, whatever it raised,
 is logged, counted in ``/metrics`` and retried with a backoff of 100 ms doubling to 3 s, as upstream
 (or after the API server's Retry-After). Leadership is the ``lease`` loop
@@ -25,11 +26,13 @@ from pathlib import Path
 
 from gpu_operator.kube.api import Kube
 from gpu_operator.kube.connect import async_client
+from gpu_operator.kube.informer import JSON, Informer
 from gpu_operator.kube.informer import RETRY_SECONDS as INFORMER_RETRY_SECONDS
 from gpu_operator.kube.typed import AsyncClient
 from gpu_operator.reconcile.caches import operator_informers
 from gpu_operator.reconcile.clusterpolicy import Outcome, reconcile_once
 from gpu_operator.reconcile.process import run_operator
+from gpu_operator.remediation.controller import RemediationMetrics, RemediationOutcome, remediation_pass
 from gpu_operator.render import OperatorSettings
 from gpu_operator.runtime.backoff import Backoff
 from gpu_operator.runtime.leader import (
@@ -66,7 +69,9 @@ RECONCILE_PACE = 0.0  # the reconciler's passes are not paced: spec changes and 
 # While a fleet's driver pods and nodes change one after another (a first rollout, a wave), at most one
 # upgrade pass a second: each reads every managed node, and a wave's steps wait on pods anyway.
 UPGRADE_PACE = 1.0
-RECONCILE, UPGRADE, LEASE = "reconcile", "driver-upgrade", "lease"
+# Remediation passes read cached Nodes and Events; a storm of XID Events costs one pass a second.
+REMEDIATION_COALESCE, REMEDIATION_PACE = 0.2, 1.0
+RECONCILE, UPGRADE, REMEDIATION, LEASE = "reconcile", "driver-upgrade", "remediation", "lease"
 
 
 @dataclass
@@ -90,6 +95,10 @@ class Operator:
     supervisor: Supervisor | None = None  # while running
     reconcile_stats: LoopStats = field(default_factory=LoopStats)
     upgrade_stats: LoopStats = field(default_factory=LoopStats)
+    remediation_stats: LoopStats = field(default_factory=LoopStats)
+    remediation: RemediationOutcome | None = None
+    remediation_metrics: RemediationMetrics = field(default_factory=RemediationMetrics)
+    _events: Informer | None = None  # while running: the Node Events cache
     clock: Callable[[], float] = time.time  # the upgrade planner's "now" (maintenance windows, timeouts)
 
     @property
@@ -110,7 +119,8 @@ class Operator:
         return self.supervisor is None or self.supervisor.healthy
 
     def metric_lines(self) -> list[str]:
-        return self.supervisor.metric_lines() if self.supervisor is not None else []
+        loops = self.supervisor.metric_lines() if self.supervisor is not None else []
+        return [*loops, *self.remediation_metrics.lines()]
 
     def _running_kube(self) -> Kube:
         if self.kube is None:
@@ -133,14 +143,21 @@ class Operator:
             gate_poll=RENEW_SECONDS, backoff=self._backoff(), stats=self.upgrade_stats,
         )  # fmt: skip
 
+        remediation = Loop(
+            name=REMEDIATION, work=self._remediate, idle=IDLE_RESYNC, coalesce=REMEDIATION_COALESCE,
+            pace=REMEDIATION_PACE, gate_poll=RENEW_SECONDS, backoff=self._backoff(), stats=self.remediation_stats,
+        )  # fmt: skip
+
         def wake_all() -> None:
             reconcile.wake.set()
             upgrade.wake.set()
+            remediation.wake.set()
 
         informers = operator_informers(
             self.client, namespace=self.namespace, wake_all=wake_all, wake_reconciler=reconcile.wake.set,
-            wake_upgrade=upgrade.wake.set,
+            wake_upgrade=upgrade.wake.set, wake_remediation=remediation.wake.set,
         )  # fmt: skip
+        self._events = next(i for i in informers if i.kind == "Event")
         kube = Kube(self.client, informers=informers)
         self.kube = kube
         election = LeaderElection(store=kube, namespace=self.namespace, owner_pod=self.pod, on_elected=wake_all)
@@ -149,10 +166,11 @@ class Operator:
         try:
             await run_operator(
                 supervisor=supervisor, informers=informers, election=election if leader_election else None,
-                loops=(reconcile, upgrade), stop=stop, sync_timeout=SYNC_TIMEOUT, backoff=self._backoff(),
+                loops=(reconcile, upgrade, remediation), stop=stop, sync_timeout=SYNC_TIMEOUT, backoff=self._backoff(),
             )  # fmt: skip
         finally:
             self.kube = None
+            self._events = None
 
     async def _reconcile(self) -> Result:
         kube = self._running_kube()
@@ -175,6 +193,16 @@ class Operator:
         )
         self.upgrade_pass_seconds.append(time.monotonic() - begun)
         return Result(after=self.upgrades.requeue_after or None)
+
+    def _cached_events(self) -> list[JSON] | None:
+        events = self._events
+        return list(events.items.values()) if events is not None and events.synced.is_set() else None
+
+    async def _remediate(self) -> Result:
+        self.remediation = await remediation_pass(
+            self._running_kube(), now=self.clock(), metrics=self.remediation_metrics, cached_events=self._cached_events
+        )
+        return Result(after=self.remediation.requeue_after)
 
 
 class OperatorThread(LoopThread):

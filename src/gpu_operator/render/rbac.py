@@ -5,6 +5,8 @@ The operator's rules are the least it needs for what it does:
 - nodes: read and patch labels (node labelling, upgrade state); pods: list, delete and evict (driver
   upgrades move GPU pods off a node); DaemonSets cluster-wide: read (the drain skips their pods);
   PodDisruptionBudgets cluster-wide: read (the upgrade controller plans evictions they allow);
+- events: create (Events about what it did) and read (light remediation reads the device plugin's
+  ``GpuUnhealthy`` Events on Nodes, which name the XID, and its own earlier breaker and dry-run Events);
 - its own namespace (a Role): the objects it renders (ConfigMaps, Services, ServiceAccounts,
   DaemonSets, Roles and bindings, ServiceMonitors), ControllerRevisions to judge OnDelete readiness,
   Leases for leader election, and Secrets read-only (to report a missing pull or licensing Secret);
@@ -201,6 +203,7 @@ OPERATOR_CLUSTER_RULES = (
     Rule(("resource.k8s.io",), ("resourceclaims",), ("get", "list")),  # only to grant it (NVIDIA's driver manager)
     Rule(("",), ("namespaces",), ("get", "patch"), (NAMESPACE_PLACEHOLDER,)),
     Rule(("",), ("events",), ("create", "patch")),
+    Rule(("",), ("events",), READ),  # light remediation reads the device plugin's GpuUnhealthy Events
     Rule(("events.k8s.io",), ("events",), ("create", "patch")),
     Rule(("node.k8s.io",), ("runtimeclasses",), MANAGE),
     Rule(("rbac.authorization.k8s.io",), ("clusterroles", "clusterrolebindings"), ("list", "watch", "create")),

@@ -1,0 +1,1 @@
+"""Light remediation: XID errors the device plugin reports lead to node actions (docs/remediation.md)."""
