@@ -211,3 +211,17 @@ def test_the_rollout_survives_its_configmap_and_a_restart() -> None:
                                   canaries=("gpu-a", "gpu-b"), since=1000.5, reason="x")  # fmt: skip
     assert Rollout.from_data(rollout.data()) == rollout
     assert Rollout.from_data({"phase": "bogus", "since": "soon"}) == Rollout()
+
+
+def test_a_canary_that_does_not_get_there_in_time_halts_the_rollout() -> None:
+    knobs = dataclasses.replace(KNOBS, timeout_seconds=120)
+    rollout = dataclasses.replace(GOOD, phase=c.CANARY, target=NEW.digest, target_version=NEW.version,
+                                  canaries=("gpu-a",), since=1000)  # fmt: skip
+    stuck = _node("gpu-a", on=NEW, ds=NEW, state=m.POD_RESTART, ready=False)
+    assert stuck.driver is not None
+    stuck = dataclasses.replace(stuck, driver=dataclasses.replace(stuck.driver, waiting_reason="ImagePullBackOff"))
+    early = advance(rollout, snapshot=Snapshot(nodes=(stuck,), now=1119), knobs=knobs, target=NEW, facts=GateFacts())
+    assert early.rollout.phase == c.CANARY
+    late = advance(rollout, snapshot=Snapshot(nodes=(stuck,), now=1120), knobs=knobs, target=NEW, facts=GateFacts())
+    assert late.rollout.phase == c.ROLLING_BACK
+    assert "within 120 s (pod-restart-required, driver pod ImagePullBackOff)" in late.rollout.reason

@@ -179,6 +179,9 @@ class CanaryRollout(ApiModel):
     nodes: int = Field(default=1, ge=1, description="How many nodes the first wave (the canaries) takes.")
     node_names: list[str] | None = opt(description="The canary nodes by name (instead of the first by name).")
     soak_seconds: int = Field(default=300, ge=0, description="How long the canaries run the new driver first.")
+    timeout_seconds: int = Field(
+        default=1800, ge=1, description="The canaries run the new driver, validated, within this or the rollout halts."
+    )
     gates: CanaryGates = Field(default_factory=CanaryGates, description="The health gates checked while soaking.")
     auto_rollback: bool = Field(default=True, description="Return the canaries to the last good driver on a failure.")
 

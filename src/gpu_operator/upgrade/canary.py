@@ -230,6 +230,15 @@ def _failure(node: NodeView | None) -> str:
     return ""
 
 
+def _where(node: NodeView | None) -> str:
+    """Where a late canary is: its upgrade state and what its driver pod waits on."""
+    if node is None:
+        return "the node is gone"
+    d = node.driver
+    waiting = f", driver pod {d.waiting_reason}" if d is not None and d.waiting_reason else ""
+    return f"{node.state or 'no upgrade state'}{waiting}"
+
+
 def _halt(c: _Change, *, knobs: CanaryKnobs, why: str) -> Decision:
     r = c.rollout
     if knobs.auto_rollback and r.good_driver:
@@ -248,7 +257,11 @@ def _canary(c: _Change, *, snapshot: Snapshot, knobs: CanaryKnobs | None, target
         why = _failure(views.get(name))
         if why:
             return _halt(c, knobs=knobs, why=f"canary {name}: {why}")
-    if all(_on(views.get(n), target.digest) for n in r.canaries):
+    late = [n for n in r.canaries if not _on(views.get(n), target.digest)]
+    if late and c.now - r.since >= knobs.timeout_seconds:
+        return _halt(c, knobs=knobs, why=f"canary {late[0]} did not run driver {r.target_version} validated within "
+                     f"{knobs.timeout_seconds:g} s ({_where(views.get(late[0]))})")  # fmt: skip
+    if not late:
         c.to(SOAKING, f"canaries {', '.join(r.canaries)} run driver {r.target_version}: soaking "
              f"{knobs.soak_seconds:g} s", reason="")  # fmt: skip
         return _soaking(c, snapshot=snapshot, knobs=knobs, target=target, facts=facts)

@@ -189,6 +189,7 @@ class CanaryKnobs:
     count: int = 1
     names: tuple[str, ...] = ()
     soak_seconds: float = 300.0
+    timeout_seconds: float = 1800.0  # the canaries must run the new driver, validated, within this
     xid_gate: bool = True
     exporter_gate: bool = True
     probe: Mapping[str, Any] | None = None  # the CanaryProbe as JSON (image, command, args, gpus, timeoutSeconds)
@@ -276,6 +277,7 @@ def canary_knobs(canary: Any) -> CanaryKnobs | None:
         count=canary.nodes,
         names=tuple(canary.node_names or ()),
         soak_seconds=float(canary.soak_seconds),
+        timeout_seconds=float(canary.timeout_seconds),
         xid_gate=gates.no_new_xids,
         exporter_gate=gates.exporter_ready,
         probe=probe,
