@@ -15,12 +15,16 @@ restart the driver pod; driver manager: unload; driver agent: install the new ve
 are ``upgrade-done``; each node's workload (a Deployment's pod) is evicted before its old driver pod
 goes, and comes back on the new version. While the first node waits for its workload to go, its
 kubelet and containerd restart (issue 22's fault): the evicted pod must still go, and the upgrade
-finish without a failed node; the figures go to the chaos results (RELIABILITY.md).
+finish without a failed node; the figures go to the chaos results (RELIABILITY.md). Last, a canary
+rollout (issue 21) of a driver whose image does not exist: real-node-1, the canary, cannot run it, the
+rollout halts at the canary's timeout and rolls it back to the last good driver, and real-node-2 keeps
+its driver pod and is never cordoned.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,12 +33,13 @@ from typing import Any
 import pytest
 from lightkube import Client, codecs
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 
 from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.nodes.binaries import NodeBinaries
 from gpu_operator.localcluster.waiting import wait_for
+from gpu_operator.names import keys
 from gpu_operator.sim.fakedriver.build import cached_build
 from gpu_operator.sim.fakedriver.image import IMAGE, REPOSITORY, DriverImage, build_driver_image, reference
 from gpu_operator.sim.fakedriver.nodes import Shape, attach, node_setup
@@ -264,3 +269,80 @@ def test_a_driver_upgrade_evicts_the_workload_first_and_ends_upgrade_done(
         seen = wait_for(functools.partial(driver_version_seen, driver_cluster, name), timeout=60,
                         describe=f"{name} on the new driver")  # fmt: skip
         assert seen == NEW, node
+
+
+#: A driver version the fake driver image has no tag for: its pod never runs (ImagePullBackOff).
+BAD = "599.0.1"
+#: The canary stage of the e2e: one canary (real-node-1, first by name), and 45 s to run the new driver.
+CANARY = {"nodes": 1, "soakSeconds": 5, "timeoutSeconds": 45}
+
+
+def _rollout(kube: Client) -> dict[str, str]:
+    try:
+        return dict(kube.get(ConfigMap, keys.DRIVER_ROLLOUT_CONFIGMAP, namespace=NAMESPACE).data or {})
+    except ApiError:
+        return {}
+
+
+@pytest.mark.timeout(600)
+def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_changes(
+    driver_cluster: LocalCluster, kube: Client, installed: float
+) -> None:
+    """Issue 21: a bad driver reaches only its canary, which the operator returns to the last good driver."""
+    canary, other = "real-node-1", "real-node-2"
+
+    def settled() -> bool:
+        states = {_labels(kube, n).get(STATE_LABEL) for n in PROFILES}
+        return states == {m.DONE} and policy_state(kube) == "ready"
+
+    wait_for(settled, timeout=180, describe="both nodes upgrade-done and the policy ready")
+    good = wait_for(lambda: json.loads(_rollout(kube).get("goodDriver") or "{}").get("version"), timeout=60,
+                    describe="the running driver kept as the last good one")  # fmt: skip
+    before = {n: (p["metadata"]["uid"], p["spec"]["containers"][0]["image"]) for n, p in _driver_pods(kube).items()}
+    assert before[canary][1] == before[other][1] == reference(version=good, os_tag=host_os_tag())
+    began = time.monotonic()
+    patch = {"spec": {"driver": {"version": BAD, "upgradePolicy": {"canary": CANARY}}}}
+    driver_cluster.kubectl("patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p", json.dumps(patch))
+    seen: dict[str, set[str]] = {n: set() for n in PROFILES}
+    uids: dict[str, set[str]] = {n: set() for n in PROFILES}
+    cordoned: set[str] = set()
+    phases: list[str] = []
+
+    def rolled_back() -> bool:
+        for node in PROFILES:
+            obj = kube.get(Node, node)
+            seen[node].add((obj.metadata.labels or {}).get(STATE_LABEL, ""))  # type: ignore[union-attr]
+            if obj.spec and obj.spec.unschedulable:
+                cordoned.add(node)
+        for node, pod in _driver_pods(kube).items():
+            uids[node].add(pod["metadata"]["uid"])
+        phase = _rollout(kube).get("phase", "")
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+        state = _labels(kube, canary).get(STATE_LABEL)
+        return phase == "rolled-back" and state == m.DONE and policy_state(kube) == "ready"
+
+    wait_for(rolled_back, timeout=420, interval=0.5, describe="the canary rolled back to the last good driver")
+    took = time.monotonic() - began
+    rollout = _rollout(kube)
+    print(f"canary rollout of a bad driver: halted and rolled back in {took:.1f} s; phases {phases}; "
+          f"reason: {rollout['reason']}")  # fmt: skip
+    assert phases[-3:] == ["canary", "rolling-back", "rolled-back"], phases
+    assert rollout["canaries"] == canary
+    assert f"did not run driver {BAD} validated within 45 s" in rollout["reason"]
+    after = {n: (p["metadata"]["uid"], p["spec"]["containers"][0]["image"]) for n, p in _driver_pods(kube).items()}
+    # The canary: its driver replaced by the bad one, then by the good one again; uncordoned.
+    assert after[canary][1] == before[canary][1]
+    assert len(uids[canary]) >= 2
+    assert after[canary][0] != before[canary][0]
+    assert not kube.get(Node, canary).spec.unschedulable  # type: ignore[union-attr]
+    # The other node: the same driver pod all along, never cordoned, never past upgrade-required.
+    assert after[other] == before[other]
+    assert uids[other] == {before[other][0]}
+    assert other not in cordoned
+    assert seen[other] <= {m.DONE, m.REQUIRED}, seen[other]
+    policy = driver_cluster.kubectl("get", "clusterpolicy", "cluster-policy", "-o", "json").stdout
+    status = json.loads(policy)["status"]["driverUpgrade"]["canary"]
+    assert status["phase"] == "rolled-back"
+    assert status["goodVersion"] == good
+    assert status["targetVersion"] == BAD
