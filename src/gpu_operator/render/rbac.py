@@ -6,7 +6,9 @@ The operator's rules are the least it needs for what it does:
   upgrades move GPU pods off a node); DaemonSets cluster-wide: read (the drain skips their pods);
   PodDisruptionBudgets cluster-wide: read (the upgrade controller plans evictions they allow);
 - events: create (Events about what it did) and read (light remediation reads the device plugin's
-  ``GpuUnhealthy`` Events on Nodes, which name the XID, and its own earlier breaker and dry-run Events);
+  ``GpuUnhealthy`` Events on Nodes, which name the XID, and its own earlier breaker and dry-run Events;
+  a canary rollout's no-new-XID gate reads them too);
+- Jobs in its own namespace: create and read (a canary rollout's probe Job on each canary);
 - its own namespace (a Role): the objects it renders (ConfigMaps, Services, ServiceAccounts,
   DaemonSets, Roles and bindings, ServiceMonitors), ControllerRevisions to judge OnDelete readiness,
   Leases for leader election, and Secrets read-only (to report a missing pull or licensing Secret);

@@ -140,7 +140,16 @@ async def gate_facts(kube: Kube, *, namespace: str, rollout: Rollout) -> GateFac
 
 def probe_job(*, node: str, probe: Mapping[str, Any], target: str, namespace: str) -> JSON:
     """The probe Job of one canary: pinned to the node, one try, killed after the probe's timeout."""
-    container: JSON = {"name": "probe", "image": probe["image"]}
+    container: JSON = {
+        "name": "probe",
+        "image": probe["image"],
+        # The GPU comes through the device plugin and CDI: the probe needs no privilege of its own.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
     for key in ("command", "args"):
         if probe.get(key):
             container[key] = list(probe[key])
