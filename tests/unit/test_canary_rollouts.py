@@ -225,3 +225,17 @@ def test_a_canary_that_does_not_get_there_in_time_halts_the_rollout() -> None:
     late = advance(rollout, snapshot=Snapshot(nodes=(stuck,), now=1120), knobs=knobs, target=NEW, facts=GateFacts())
     assert late.rollout.phase == c.ROLLING_BACK
     assert "within 120 s (pod-restart-required, driver pod ImagePullBackOff)" in late.rollout.reason
+
+
+def test_a_rollback_is_not_taken_once_the_canaries_passed() -> None:
+    rollout = dataclasses.replace(GOOD, phase=c.PROCEEDING, target=NEW.digest, canaries=("gpu-a",), since=5,
+                                  rollback_requested=True)  # fmt: skip
+    snapshot = _snapshot(now=50, ds=NEW, on={"gpu-a": NEW, "gpu-b": NEW})
+    decision = advance(rollout, snapshot=snapshot, knobs=KNOBS, target=NEW, facts=GateFacts())
+    assert decision.rollout.phase == c.PROCEEDING
+    assert decision.allowed is None
+    # spec.driver back to the good one: every node goes back, no canary stage (it is the good driver).
+    back = advance(decision.rollout, snapshot=_snapshot(now=60, ds=OLD, on={"gpu-a": NEW, "gpu-b": NEW}), knobs=KNOBS,
+                   target=OLD, facts=GateFacts())  # fmt: skip
+    assert back.rollout.phase == c.IDLE
+    assert back.allowed is None

@@ -2,11 +2,11 @@
 
 The canary stage (``upgradePolicy.canary``, docs/canary-rollouts.md) rolls back by itself with
 ``autoRollback``; without it a failed gate only halts the rollout, and an administrator may also want
-to stop a rollout whose canaries pass the gates. This command asks the upgrade controller (the one
+to stop a rollout whose canaries are still soaking. This command asks the upgrade controller (the one
 writer of the rollout ConfigMap) by annotating that ConfigMap; the controller takes the request on its
 next pass: the reconciler renders the last good ``spec.driver`` again and only the canaries' drivers
-are replaced. Nodes beyond the canaries that already run the new driver (a rollout past its canary
-stage) are not taken back: change ``spec.driver`` for that, which starts a new canary stage.
+are replaced. A rollout past its canary stage (other nodes run the new driver too) is refused:
+change ``spec.driver`` back for that.
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ import click
 from gpu_operator.names import keys
 from gpu_operator.upgrade import canary as c
 from gpu_operator.upgrade.rollout import read_rollout
-
-#: The phases a rollback can be asked in (a rollout under way, or halted).
-ROLLBACK_FROM = (c.CANARY, c.SOAKING, c.PROCEEDING, c.HALTED)
 
 
 async def request_rollback(*, kubeconfig: str | None, namespace: str) -> str:
@@ -36,9 +33,13 @@ async def request_rollback(*, kubeconfig: str | None, namespace: str) -> str:
             raise click.ClickException(
                 f"no driver rollout recorded in {namespace} (ConfigMap {keys.DRIVER_ROLLOUT_CONFIGMAP})"
             )
-        if rollout.phase not in ROLLBACK_FROM:
+        if rollout.phase == c.PROCEEDING:
+            raise click.ClickException("the canaries passed and the rollout goes on: change spec.driver to go back")
+        if rollout.phase not in c.ROLLBACK_FROM:
             state = rollout.phase or "idle"
-            raise click.ClickException(f"the driver rollout is {state}: only one under way or halted can roll back")
+            raise click.ClickException(
+                f"the driver rollout is {state}: only one in its canary stage or halted can roll back"
+            )
         if not rollout.good_driver:
             raise click.ClickException("no last good driver is recorded: there is nothing to roll back to")
         patch = {"metadata": {"annotations": {keys.DRIVER_ROLLBACK_REQUESTED: "true"}}}

@@ -37,6 +37,8 @@ HALTED = "halted"
 ROLLING_BACK = "rolling-back"
 ROLLED_BACK = "rolled-back"
 PHASES = (IDLE, CANARY, SOAKING, PROCEEDING, HALTED, ROLLING_BACK, ROLLED_BACK)
+#: Phases a rollback can be asked in: only the canaries run the new driver.
+ROLLBACK_FROM = (CANARY, SOAKING, HALTED)
 #: Phases in which the reconciler renders the last good driver instead of ``spec.driver``.
 ROLLBACK_PHASES = frozenset({ROLLING_BACK, ROLLED_BACK})
 #: The Events of each phase change, on the policy (reason, warning).
@@ -180,7 +182,8 @@ def advance(
     """The rollout's next state and what the planner may start (see the module docstring)."""
     c = _Change(rollout, snapshot.now)
     r = c.rollout
-    if rollout.rollback_requested and r.good_driver and r.phase in (CANARY, SOAKING, PROCEEDING, HALTED):
+    # Past the canary stage other nodes run the new driver too: only spec.driver takes them all back.
+    if rollout.rollback_requested and r.good_driver and r.phase in ROLLBACK_FROM:
         c.to(ROLLING_BACK, f"rollback requested: canaries {', '.join(r.canaries)} return to {r.good_version}",
              reason="rollback requested with `gpu-operator upgrade rollback`")  # fmt: skip
         return c.decide(allowed=frozenset(r.canaries), hold=f"rolling back: {c.rollout.reason}")
