@@ -9,6 +9,8 @@ from gpu_operator.reconcile.rollback import stamped
 from gpu_operator.render.states import StateManifests
 from gpu_operator.upgrade import canary as c
 from gpu_operator.upgrade.canary import Decision, Rollout, driver_spec_digest
+from gpu_operator.upgrade.controller import PartitionResult, UpgradeOutcome
+from gpu_operator.upgrade.model import Knobs
 from gpu_operator.upgrade.rollout import _probe_state, probe_job, status_of, target_of
 
 POLICY = {"spec": {"driver": {"version": "580.65.06", "upgradePolicy": {"autoUpgrade": True}}}}
@@ -72,3 +74,14 @@ def test_the_status_names_the_stage_and_why_the_others_wait() -> None:
     halted = status_of(Decision(rollout=dataclasses.replace(rollout, phase=c.HALTED, reason="canary gpu-a: XID 79")))
     assert halted is not None
     assert halted["reason"] == "canary gpu-a: XID 79"
+
+
+def test_the_rollout_phase_is_a_metric() -> None:
+    idle = UpgradeOutcome(partitions=(PartitionResult(partition="", knobs=Knobs(), counts={}, canary_phase=""),))
+    assert 'gpu_operator_driver_rollout_phase{phase="idle"} 1' in idle.metric_lines()
+    halted = UpgradeOutcome(partitions=(PartitionResult(partition="", knobs=Knobs(), counts={},
+                                                        canary_phase=c.HALTED),))  # fmt: skip
+    lines = halted.metric_lines()
+    assert 'gpu_operator_driver_rollout_phase{phase="halted"} 1' in lines
+    assert 'gpu_operator_driver_rollout_phase{phase="idle"} 0' in lines
+    assert UpgradeOutcome(partitions=(PartitionResult(partition="", knobs=Knobs(), counts={}),)).metric_lines() == []

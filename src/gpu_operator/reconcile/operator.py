@@ -120,7 +120,8 @@ class Operator:
 
     def metric_lines(self) -> list[str]:
         loops = self.supervisor.metric_lines() if self.supervisor is not None else []
-        return [*loops, *self.remediation_metrics.lines()]
+        rollout = self.upgrades.metric_lines() if self.upgrades is not None else []
+        return [*loops, *self.remediation_metrics.lines(), *rollout]
 
     def _running_kube(self) -> Kube:
         if self.kube is None:

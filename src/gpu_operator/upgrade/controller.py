@@ -31,6 +31,7 @@ from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.kube.typed import ApiError
 from gpu_operator.names import network
 from gpu_operator.names.selectors import SelectorError
+from gpu_operator.upgrade import canary
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.collect import CLUSTER_POLICY, Cluster, partitions, read_cluster
 from gpu_operator.upgrade.drivers import GPU_DRIVER, source_for
@@ -58,11 +59,24 @@ class PartitionResult:
     error: str = ""
     held: str = ""  # why nothing was planned this pass although the policy allows upgrades
     wake_in: float | None = None  # seconds until a maintenance window opens for nodes waiting for one
+    canary_phase: str | None = None  # the rollout's canary phase ("" idle; None: no rollout kept)
 
 
 @dataclass(frozen=True, kw_only=True)
 class UpgradeOutcome:
     partitions: tuple[PartitionResult, ...] = ()
+
+    def metric_lines(self) -> list[str]:
+        """``gpu_operator_driver_rollout_phase{phase}``: 1 for the phase the ClusterPolicy driver's rollout
+        is in (``idle`` between rollouts), 0 for the others; nothing before a rollout is kept."""
+        phase = next((p.canary_phase for p in self.partitions if p.canary_phase is not None), None)
+        if phase is None:
+            return []
+        lines = ["# HELP gpu_operator_driver_rollout_phase The phase of the driver rollout (canary rollouts).",
+                 "# TYPE gpu_operator_driver_rollout_phase gauge"]  # fmt: skip
+        for name in canary.PHASES:
+            lines.append(f'gpu_operator_driver_rollout_phase{{phase="{name or "idle"}"}} {int(name == phase)}')
+        return lines
 
     @property
     def requeue_after(self) -> float | None:
@@ -227,8 +241,9 @@ async def upgrade_pass(
         wakes = [w for w in (None if planned.window_opens is None else planned.window_opens - moment,
                              decision.wake_in if decision else None) if w is not None]  # fmt: skip
         wake = min(wakes) if wakes else None
+        phase = decision.rollout.phase if decision is not None else None
         results.append(PartitionResult(partition=partition, knobs=knobs, counts=+after, plan=planned, applied=applied,
-                                       wake_in=wake))  # fmt: skip
+                                       wake_in=wake, canary_phase=phase))  # fmt: skip
         if partition in owners:
             desired = summary(knobs=knobs, counts=+after, plan=planned, canary=status_of(decision))
             await write_status(kube, owner=owners[partition], desired=desired)
