@@ -18,7 +18,9 @@ kubelet and containerd restart (issue 22's fault): the evicted pod must still go
 finish without a failed node; the figures go to the chaos results (RELIABILITY.md). Last, a canary
 rollout (issue 21) of a driver whose image does not exist: real-node-1, the canary, cannot run it, the
 rollout halts at the canary's timeout and rolls it back to the last good driver, and real-node-2 keeps
-its driver pod and is never cordoned.
+its driver pod and is never cordoned. Then a good driver through the canary's real gates: the
+validator, the exporter Ready, and a probe Job whose GPU's nvidia-smi must answer on the canary; only
+then does real-node-2 start.
 """
 
 from __future__ import annotations
@@ -346,3 +348,54 @@ def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_c
     assert status["phase"] == "rolled-back"
     assert status["goodVersion"] == good
     assert status["targetVersion"] == BAD
+
+
+#: The probe of the passing canary: the fake nvidia-smi, through the GPU the Job is given, must answer.
+PROBE = "nvidia-smi -L && nvidia-smi --query-gpu=driver_version --format=csv,noheader"
+
+
+@pytest.mark.timeout(600)
+def test_a_good_driver_passes_its_canarys_real_gates_and_reaches_every_node(
+    driver_cluster: LocalCluster, kube: Client, installed: float, product_image: ProductImage
+) -> None:
+    """Issue 21: the canary's gates on real nodes (validator, exporter Ready, a probe Job on its GPU), then all."""
+    canary, other = "real-node-1", "real-node-2"
+    wait_for(lambda: policy_state(kube) == "ready", timeout=180, describe="the policy ready")
+    current = {n: p["spec"]["containers"][0]["image"] for n, p in _driver_pods(kube).items()}
+    target = OLD if set(current.values()) == {reference(version=NEW, os_tag=host_os_tag())} else NEW
+    probe = {"image": product_image.reference, "imagePullPolicy": "Never", "command": ["sh", "-c", PROBE],
+             "gpus": 1, "timeoutSeconds": 120}  # fmt: skip
+    gates = {"noNewXids": True, "exporterReady": True, "probe": probe}
+    patch = {"spec": {"driver": {"version": target, "upgradePolicy": {"canary": {**CANARY, "timeoutSeconds": 240,
+                                                                                 "gates": gates}}}}}  # fmt: skip
+    began = time.monotonic()
+    driver_cluster.kubectl("patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p", json.dumps(patch))
+    phases: list[str] = []
+    other_started_in: list[str] = []  # the canary's phase when the other node first left upgrade-done
+
+    def completed() -> bool:
+        rollout = _rollout(kube)
+        phase = rollout.get("phase", "")
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+        if not other_started_in and _labels(kube, other).get(STATE_LABEL) not in (m.DONE, m.REQUIRED):
+            other_started_in.append(phase)
+        images = {p["spec"]["containers"][0]["image"] for p in _driver_pods(kube).values()}
+        done = {_labels(kube, n).get(STATE_LABEL) for n in PROFILES} == {m.DONE}
+        return (
+            phase == ""
+            and rollout.get("goodVersion") == target
+            and done
+            and images == {reference(version=target, os_tag=host_os_tag())}
+        )
+
+    wait_for(completed, timeout=480, interval=0.5, describe=f"driver {target} on both nodes through the canary")
+    print(f"canary rollout of a good driver ({target}): {time.monotonic() - began:.1f} s; phases {phases}")
+    assert phases[1:4] == ["canary", "soaking", "proceeding"], phases
+    assert other_started_in == ["proceeding"]  # the other node waited for the canary to pass
+    jobs = driver_cluster.kubectl("get", "jobs", "-n", NAMESPACE, "-l", keys.CANARY_PROBE_LABEL, "-o", "json").stdout
+    probes = json.loads(jobs)["items"]
+    assert [j["spec"]["template"]["spec"]["nodeName"] for j in probes] == [canary]
+    assert probes[0]["status"].get("succeeded") == 1
+    logs = driver_cluster.kubectl("logs", "-n", NAMESPACE, f"job/{probes[0]['metadata']['name']}").stdout
+    assert target in logs  # the probe's GPU answered on the canary's new driver

@@ -159,6 +159,7 @@ class CanaryProbe(ApiModel):
     """Extension: a Job run on each canary node once its new driver is validated; it must succeed."""
 
     image: str = Field(min_length=1, description="The probe's container image.")
+    image_pull_policy: PullPolicy | None = opt(description="Its pull policy (default: Kubernetes' for the tag).")
     command: list[str] | None = opt(description="Its command (default: the image's entrypoint).")
     args: list[str] | None = opt(description="Its arguments.")
     gpus: int = Field(default=1, ge=0, description="nvidia.com/gpu the probe requests.")

@@ -153,6 +153,8 @@ def probe_job(*, node: str, probe: Mapping[str, Any], target: str, namespace: st
     for key in ("command", "args"):
         if probe.get(key):
             container[key] = list(probe[key])
+    if probe.get("imagePullPolicy"):
+        container["imagePullPolicy"] = probe["imagePullPolicy"]
     gpus = int(probe.get("gpus", 1))
     if gpus:
         container["resources"] = {"limits": {keys.GPU_RESOURCE: str(gpus)}}
