@@ -8,7 +8,9 @@ Three nodes run the first driver; the policy's canary stage takes one node first
    ``rolled-back`` and the policy's status names why. The other two nodes never changed: their
    driver pods are the same, they were never cordoned, never went past ``upgrade-required``.
 2. A good driver next: ``gpu-operator upgrade plan`` shows the canary stage first; the canary passes
-   the gate and soaks, then every node gets it; the rollout keeps it as the new last good driver.
+   the gate and soaks (the operator is restarted while it soaks: the new process carries on without
+   upgrading the canary again), then every node gets it; the rollout keeps it as the new last good
+   driver.
 3. A failing driver without ``autoRollback``: the rollout halts with the canary left failed, and
    ``gpu-operator upgrade rollback`` takes it back; the other nodes again never change.
 """
@@ -146,7 +148,7 @@ def test_a_bad_driver_halts_on_its_canary_and_rolls_back_and_a_good_one_complete
     canary, others = names[0], names[1:]
     body = policy(version=OLD, max_parallel=1)
     body["spec"]["driver"]["upgradePolicy"]["canary"] = CANARY
-    with OperatorThread(kubeconfig=local_cluster.kubeconfig_path, namespace=namespace, max_driver_restarts=2):
+    with OperatorThread(kubeconfig=local_cluster.kubeconfig_path, namespace=namespace, max_driver_restarts=2) as op:
         client.create(codecs.from_dict(body))
         try:
             wait_for(lambda: set(node_states(client, names).values()) == {m.DONE}, timeout=240,
@@ -202,12 +204,18 @@ def test_a_bad_driver_halts_on_its_canary_and_rolls_back_and_a_good_one_complete
                 soaking = _drivers(client, namespace)
                 assert soaking[canary][1] == GOOD_NEXT
                 assert all(soaking[n] == after[n] for n in others)  # still waiting for the gate
+                # A new operator process mid-soak continues from the ConfigMap and the nodes.
+                op.restart()
                 wait_for(lambda: set(node_states(client, names).values()) == {m.DONE}
                          and {v for _, v in _drivers(client, namespace).values()} == {GOOD_NEXT},
                          timeout=400, describe="every node on the good driver")  # fmt: skip
                 wait_for(lambda: _rollout(client, namespace).get("goodVersion") == GOOD_NEXT, timeout=30,
                          describe="the good driver kept as the last good one")  # fmt: skip
             assert _rollout(client, namespace)["phase"] == c.IDLE
+            assert watched.uids[canary] == {soaking[canary][0], after[canary][0]}  # upgraded once, not again
+            assert op.operator is not None
+            wait_for(lambda: 'gpu_operator_driver_rollout_phase{phase="idle"} 1' in op.operator.metric_lines(),  # type: ignore[union-attr]
+                     timeout=30, describe="the rollout phase on /metrics")  # fmt: skip
             reasons = {e.reason for e in client.list(Event, namespace="default")
                        if e.involvedObject.kind == "ClusterPolicy"}  # fmt: skip
             assert {"DriverCanarySoaking", "DriverCanaryPassed", "DriverRolloutComplete"} <= reasons
