@@ -13,11 +13,11 @@ from gpu_operator.api.clusterpolicy import ClusterPolicy, ClusterPolicySpec
 from gpu_operator.kube.api import Kube
 from gpu_operator.kube.fakeapi import FakeApi
 from gpu_operator.kube.informer import Informer
-from gpu_operator.names.keys import STARTUP_TAINT
+from gpu_operator.names.keys import REMEDIATION_TAINT, STARTUP_TAINT
 from gpu_operator.reconcile.caches import operator_informers
 from gpu_operator.reconcile.startuptaint import EVENT_REASON, lift_plan, lift_startup_taints
 from gpu_operator.render import ClusterFacts, OperatorSettings, render
-from gpu_operator.render.pods import with_startup_toleration
+from gpu_operator.render.pods import with_toleration
 
 JSON = dict[str, Any]
 NS = "gpu-operator"
@@ -152,11 +152,11 @@ def _tolerated(ds: JSON, key: str) -> bool:
 
 
 def test_a_toleration_of_everything_is_not_repeated() -> None:
-    assert with_startup_toleration([{"operator": "Exists"}], key=STARTUP_TAINT) == [{"operator": "Exists"}]
+    assert with_toleration([{"operator": "Exists"}], key=STARTUP_TAINT) == [{"operator": "Exists"}]
     mine = [{"key": STARTUP_TAINT, "operator": "Exists"}]
-    assert with_startup_toleration(mine, key=STARTUP_TAINT) == mine
+    assert with_toleration(mine, key=STARTUP_TAINT) == mine
     narrow = [{"key": STARTUP_TAINT, "operator": "Exists", "effect": "NoExecute"}]  # not every effect: add one
-    assert with_startup_toleration(narrow, key=STARTUP_TAINT) == [*narrow, {"key": STARTUP_TAINT, "operator": "Exists"}]
+    assert with_toleration(narrow, key=STARTUP_TAINT) == [*narrow, {"key": STARTUP_TAINT, "operator": "Exists"}]
 
 
 def test_a_validator_becoming_ready_on_a_tainted_node_wakes_the_reconciler() -> None:
@@ -192,3 +192,18 @@ def test_a_node_for_vms_is_lifted_once_its_sandbox_validator_is_ready() -> None:
     both = ClusterPolicySpec.model_validate({"startupTaint": {"enabled": True}, "sandboxWorkloads": {"enabled": True}})
     assert _run(api, both) == 1
     assert _taints(api, "vm-1") == []
+
+
+def test_with_remediation_on_every_operand_tolerates_the_remediation_taint() -> None:
+    """A node in remediation keeps its operands: a reset restarts the driver pod there (found on sim nodes)."""
+    facts = ClusterFacts(namespace=NS, gpu_node_count=2, os_tag="ubuntu22.04", has_nfd_labels=True)
+    settings = OperatorSettings(agent_image="agent:1")
+
+    def daemonsets(spec: JSON) -> list[JSON]:
+        policy = ClusterPolicy.model_validate({"metadata": {"name": "p"}, "spec": spec})
+        return [o for s in render(policy, facts, operator=settings) for o in s.objects if o["kind"] == "DaemonSet"]
+
+    on = daemonsets({"remediation": {"enabled": True}})
+    assert len(on) >= 6
+    assert all(_tolerated(ds, REMEDIATION_TAINT) for ds in on), [ds["metadata"]["name"] for ds in on]
+    assert not any(_tolerated(ds, REMEDIATION_TAINT) for ds in daemonsets({}))

@@ -446,3 +446,20 @@ def test_replanning_after_a_crash_never_repeats_a_disruptive_step() -> None:
     assert not n.unschedulable
     assert (deleted, evicted) == (1, 1)
     assert not any(k in n.annotations for k in (*m.TIMER_ANNOTATIONS, m.INITIAL_UNSCHEDULABLE))
+
+
+def test_a_requested_upgrade_restarts_an_in_sync_driver_pod_once() -> None:
+    """The upgrade-requested annotation (remediation's GPU reset) reloads the driver even when it is in sync."""
+    started = {m.REQUESTED: "true", m.WAIT_START: str(int(NOW - 60))}
+    old_pod = node("a", m.POD_RESTART, unschedulable=True, drv=driver(sync=True, created=NOW - 3600),
+                   annotations=started)  # fmt: skip
+    step = run([old_pod], knobs()).step("a")
+    assert step is not None
+    assert step.delete_driver  # the pod from before the upgrade makes way: the driver reloads
+    assert step.annotations.get(m.REQUESTED, "kept") == "kept"  # the request stays until the node is done
+    new_pod = node("a", m.POD_RESTART, unschedulable=True, drv=driver(sync=True, created=NOW - 10),
+                   annotations=started)  # fmt: skip
+    after_restart = run([new_pod], knobs()).step("a")
+    assert after_restart is not None
+    assert not after_restart.delete_driver  # once: the new pod goes on to validation
+    assert after_restart.after == m.VALIDATION

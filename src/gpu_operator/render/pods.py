@@ -19,6 +19,7 @@ from typing import Any, Literal
 from gpu_operator.api.base import EnvVar
 from gpu_operator.api.corev1 import to_pod_field
 from gpu_operator.api.defaults import is_enabled
+from gpu_operator.names import keys
 from gpu_operator.names.keys import IMPLEMENTATION
 from gpu_operator.render.catalog import READY_FILE, Operand
 from gpu_operator.render.context import RenderContext, section_of
@@ -228,9 +229,10 @@ def _section_host_network(ctx: RenderContext, op: Operand) -> bool | None:
     return getattr(section, "host_network", None)
 
 
-def with_startup_toleration(tolerations: Sequence[JSON], *, key: str) -> list[JSON]:
-    """``tolerations`` and one of the startup taint ``key`` (any value and effect) unless one already covers
-    it: the operands must run on a node held by the taint, since their validation is what lifts it."""
+def with_toleration(tolerations: Sequence[JSON], *, key: str) -> list[JSON]:
+    """``tolerations`` and one of the taint ``key`` (any value and effect) unless one already covers it: the
+    operands must run on a node held by the startup taint (their validation is what lifts it) or by
+    remediation's (a reset restarts the driver pod there)."""
     covered = any(not t.get("key") and t.get("operator") == "Exists" and not t.get("effect") for t in tolerations)
     covered |= any(t.get("key") == key and t.get("operator") == "Exists" and not t.get("effect") for t in tolerations)
     return list(tolerations) if covered else [*tolerations, {"key": key, "operator": "Exists"}]
@@ -279,7 +281,11 @@ def daemonset(
     host_network(spec, _section_host_network(ctx, op) if host_net == "section" else host_net)
     spec.update(overrides or {})
     if is_enabled(ctx.spec, section="startupTaint"):
-        spec["tolerations"] = with_startup_toleration(spec.get("tolerations") or [], key=ctx.spec.startup_taint.key)
+        spec["tolerations"] = with_toleration(spec.get("tolerations") or [], key=ctx.spec.startup_taint.key)
+    if ctx.spec.remediation.enabled:
+        # A node in remediation keeps its operands: a reset restarts the driver pod there, and the device
+        # plugin and validator tell when the GPUs are usable again.
+        spec["tolerations"] = with_toleration(spec.get("tolerations") or [], key=keys.REMEDIATION_TAINT)
     template_meta: JSON = {"labels": pod_labels}
     if annotations:
         template_meta["annotations"] = annotations

@@ -165,7 +165,8 @@ def _required(work: Work, slots: list[int]) -> bool:
     elif not node.unschedulable:
         work.wait("waiting for an upgrade slot (maxParallelUpgrades / maxUnavailable)")
         return False
-    work.annotate(k.requested, None)
+    # A requested upgrade keeps its annotation until the node is done: at pod-restart-required it makes the
+    # driver pod restart even when in sync (a driver reload: what remediation's GPU reset asks for).
     driver = node.driver
     assert driver is not None
     restart_only = driver.running and driver.same_config and not driver.orphan
@@ -278,7 +279,8 @@ def _pod_restart(work: Work, _slots: list[int]) -> bool:
     if driver is None:
         work.wait("waiting for the driver DaemonSet to create the new driver pod")
         return False
-    if (not driver.in_sync or driver.orphan) and not driver.terminating:
+    requested = work.node.annotations.get(work.keys.requested) == "true" and not _new_pod(work)
+    if (not driver.in_sync or driver.orphan or requested) and not driver.terminating:
         work.delete_driver = driver.key
         work.wait(f"driver pod {driver.name} deleted; its DaemonSet creates the new one")
         return False
