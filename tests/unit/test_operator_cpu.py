@@ -20,7 +20,7 @@ from gpu_operator.reconcile import clusterpolicy
 from gpu_operator.reconcile.caches import OWNED_KINDS, operator_informers
 from gpu_operator.render import ClusterFacts, OperatorSettings, render
 from gpu_operator.render.meta import HASH_ANNOTATION, content_hash, fnv32a, with_owner
-from gpu_operator.upgrade.collect import _seconds
+from gpu_operator.upgrade.collect import api_seconds as _seconds
 
 JSON = dict[str, Any]
 NS = "gpu-operator"

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.names import keys
 from gpu_operator.render.states import StateManifests
+from gpu_operator.upgrade.canary import ROLLBACK_PHASES
 from gpu_operator.upgrade.drivers import GPU_DRIVER_SELECTOR
 from gpu_operator.upgrade.rollout import read_rollout, target_of
 
@@ -27,6 +28,11 @@ async def spec_to_render(kube: Kube, *, namespace: str, policy: JSON) -> tuple[J
     back) and the spec.driver digest its driver DaemonSets carry."""
     spec: JSON = policy.get("spec") or {}
     target = target_of(policy)
+    # The cached ConfigMap has no values but keeps the phase label: most passes need no API read.
+    cached = await kube.get("v1", "ConfigMap", keys.DRIVER_ROLLOUT_CONFIGMAP, namespace=namespace)
+    if (cached is None or (cached["metadata"].get("labels") or {}).get(keys.DRIVER_ROLLOUT_PHASE)
+            not in ROLLBACK_PHASES):  # fmt: skip
+        return spec, target.digest
     rollout, _ = await read_rollout(kube, namespace=namespace)
     good = rollout.rendered_driver(target=target.digest)
     if good is None:

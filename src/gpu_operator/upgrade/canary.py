@@ -315,26 +315,14 @@ def _soaking(
     return c.decide()
 
 
-def _proceeding(
-    c: _Change, *, snapshot: Snapshot, knobs: CanaryKnobs | None, target: Target, facts: GateFacts
-) -> Decision:
-    return _idle(c, snapshot=snapshot, knobs=knobs, target=target, facts=facts)
-
-
 def _halted(c: _Change, *, snapshot: Snapshot, knobs: CanaryKnobs | None, target: Target, facts: GateFacts) -> Decision:
     return c.decide(allowed=frozenset(), hold=f"rollout halted: {c.rollout.reason}")
-
-
-def _rolled(c: _Change, *, snapshot: Snapshot, knobs: CanaryKnobs | None, target: Target, facts: GateFacts) -> Decision:
-    return c.decide()  # reached only when the target changed: handled above
 
 
 _PHASES = {
     IDLE: _idle,
     CANARY: _canary,
     SOAKING: _soaking,
-    PROCEEDING: _proceeding,
+    PROCEEDING: _idle,  # waits for every node to run the target, as between rollouts
     HALTED: _halted,
-    ROLLING_BACK: _rolled,
-    ROLLED_BACK: _rolled,
 }

@@ -49,7 +49,7 @@ VALIDATORS_NEEDED = frozenset({m.POD_RESTART, m.VALIDATION})
 ALL = "*"  # every namespace (lightkube lists the default namespace when given none)
 
 
-def _seconds(stamp: str | None) -> float:
+def api_seconds(stamp: str | None) -> float:
     """An API timestamp (``2025-01-31T12:00:00Z``) in seconds since the epoch; 0 for none."""
     if not stamp:
         return 0.0
@@ -81,7 +81,7 @@ def startup(status: JSON) -> float | None:
     ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
     if not ready or ready.get("status") != "True" or not status.get("startTime"):
         return None
-    return max(_seconds(ready.get("lastTransitionTime")) - _seconds(status["startTime"]), 0.0)
+    return max(api_seconds(ready.get("lastTransitionTime")) - api_seconds(status["startTime"]), 0.0)
 
 
 def _not_ready_restarts(status: JSON) -> tuple[int, str]:
@@ -123,7 +123,7 @@ def driver_view(
         terminating=bool(meta.get("deletionTimestamp")),
         restarts=restarts,
         waiting_reason=reason,
-        created=_seconds(meta.get("creationTimestamp")),
+        created=api_seconds(meta.get("creationTimestamp")),
         version=version(pod),
         target_version=target_version,
         digest=digest,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime as dt
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,7 @@ from gpu_operator.names import keys
 from gpu_operator.names.objects import is_ready
 from gpu_operator.upgrade import canary as c
 from gpu_operator.upgrade.canary import Decision, GateFacts, Rollout, Target
+from gpu_operator.upgrade.collect import api_seconds
 from gpu_operator.upgrade.model import Knobs, Snapshot
 
 log = logging.getLogger(__name__)
@@ -80,15 +80,9 @@ async def write_rollout(kube: Kube, *, namespace: str, rollout: Rollout, current
     await kube.patch("v1", "ConfigMap", CONFIGMAP, body, namespace=namespace)
 
 
-def _stamp(stamp: str | None) -> float:
-    if not stamp:
-        return 0.0
-    return dt.datetime.fromisoformat(stamp).timestamp()
-
-
 def _when(event: JSON) -> float:
     meta = event.get("metadata") or {}
-    return _stamp(event.get("lastTimestamp") or event.get("eventTime") or meta.get("creationTimestamp"))
+    return api_seconds(event.get("lastTimestamp") or event.get("eventTime") or meta.get("creationTimestamp"))
 
 
 def _on_nodes(pods: Sequence[JSON], nodes: set[str]) -> dict[str, bool]:
