@@ -255,6 +255,75 @@ def test_410_gone_lists_again_at_once_and_a_replaced_object_is_deleted_then_adde
     assert uids == [(None, "old"), ("old", None), (None, "new")]
 
 
+def test_a_throttled_watch_resumes_from_its_last_version_without_listing_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 429 on a watch is the API server shedding load (CI saw one on a busy machine): listing every object
+    again would add to that load and lose nothing less. The watch resumes after the server's wait."""
+    stop = asyncio.Event()
+    watched: list[str] = []
+    delays: list[float] = []
+    request = httpx.Request("GET", "https://api.invalid/api/v1/nodes?watch=true")
+    throttled = httpx.HTTPStatusError(
+        "429", request=request, response=httpx.Response(429, headers={"Retry-After": "7"}, request=request)
+    )
+
+    async def no_wait(awaitable: Any, timeout: float) -> None:
+        delays.append(timeout)
+        awaitable.close()
+
+    class Client:
+        def list_stream(self, api_version: str, kind: str, **kw: Any) -> _Listing:
+            return _Listing([_node("n1")], version="10")
+
+        async def watch(self, api_version: str, kind: str, *, resource_version: str, **kw: Any) -> AsyncIterator[Any]:
+            watched.append(resource_version)
+            if len(watched) == 1:
+                raise throttled  # refused before it started
+            stop.set()
+            return
+            yield  # an async generator
+
+    monkeypatch.setattr(asyncio, "wait_for", no_wait)
+    informer, _ = _informer(retry_seconds=1.0)
+    informer.client = Client()  # type: ignore[assignment]
+    asyncio.run(informer.run(stop=stop))
+    # The throttled watch is tried again from the list's version after the 7 s the server asked for.
+    assert watched == ["10", "10"]
+    assert informer.lists == 1
+    assert delays[0] == 7.0
+
+
+def test_a_throttled_watch_resumes_at_the_last_event_or_bookmark(monkeypatch: pytest.MonkeyPatch) -> None:
+    stop = asyncio.Event()
+    watched: list[str] = []
+    request = httpx.Request("GET", "https://api.invalid/api/v1/nodes?watch=true")
+    throttled = httpx.HTTPStatusError("429", request=request, response=httpx.Response(429, request=request))
+
+    async def no_wait(awaitable: Any, timeout: float) -> None:
+        awaitable.close()
+
+    class Client:
+        def list_stream(self, api_version: str, kind: str, **kw: Any) -> _Listing:
+            return _Listing([_node("n1")], version="10")
+
+        async def watch(self, api_version: str, kind: str, *, resource_version: str, **kw: Any) -> AsyncIterator[Any]:
+            watched.append(resource_version)
+            if len(watched) == 1:
+                yield "MODIFIED", _node("n1", beat=2, labels={"team": "a"})  # resourceVersion "2"
+                yield "BOOKMARK", {"metadata": {"resourceVersion": "15"}}
+                raise throttled  # as if the stream broke and the server refused to go on
+            stop.set()
+
+    monkeypatch.setattr(asyncio, "wait_for", no_wait)
+    informer, _ = _informer(retry_seconds=1.0)
+    informer.client = Client()  # type: ignore[assignment]
+    asyncio.run(informer.run(stop=stop))
+    assert watched == ["10", "15"]
+    assert informer.lists == 1
+    assert informer.items[("", "n1")]["metadata"]["labels"]["team"] == "a"
+
+
 def test_applied_hash_is_stable_and_changes_with_the_object() -> None:
     obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}
     first, again = with_applied_hash(obj), with_applied_hash(dict(reversed(list(obj.items()))))

@@ -19,7 +19,8 @@ the API.
 An informer reads through any :class:`~gpu_operator.kube.client.KubeClient`: the operator's and the
 agents' over lightkube, the simulator's over its JSON client (its one watch of every bound pod). One
 retry policy serves all: 1 s doubling to 30 s while lists keep failing, or what the API server's
-``Retry-After`` asks; a 410 Gone lists again at once.
+``Retry-After`` asks; a 410 Gone lists again at once; a throttled watch (429) watches again, after that
+wait, from the last version it saw, without a list.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import httpx2 as httpx
 
 from gpu_operator.kube.client import KubeClient, is_expired
 from gpu_operator.names.selectors import of_mapping
-from gpu_operator.runtime.backoff import Backoff, error_kind
+from gpu_operator.runtime.backoff import Backoff, error_kind, status_code
 
 JSON = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
@@ -50,6 +51,9 @@ MAX_RETRY_SECONDS = 30.0
 #: often: a refused connection costs the server nothing, and the caches must be current the moment it is
 #: back (issue 22: reconciling again within 3 s of a 120 s outage), not up to 30 s later.
 UNREACHABLE_RETRY_SECONDS = 1.0
+#: "Too many requests": the API server sheds load (max-in-flight, priority and fairness) before it serves
+#: the watch. Nothing about the cache is wrong, so listing every object again would only add to that load.
+THROTTLED = 429
 
 
 def _identity(obj: JSON) -> JSON:
@@ -91,6 +95,7 @@ class Informer:
     # The items in name order, kept until the next change: every pass lists the Nodes several times, and
     # sorting 5,000 of them each time was a tenth of a pass's CPU (issue 23).
     _ordered: list[JSON] | None = field(default=None, repr=False)
+    _version: str = field(default="", repr=False)  # the resourceVersion the cache is whole at
 
     def serves(self, *, api_version: str, kind: str, namespace: str | None, labels: Selector | None) -> bool:
         """Whether a list query can be answered from this cache: same kind and namespace, and a label
@@ -118,18 +123,23 @@ class Informer:
     async def run(self, *, stop: asyncio.Event) -> None:
         """List, then watch until the watch breaks; list again; until ``stop``. Retries back off (doubling
         to 30 s, or as the API server's Retry-After says) while lists keep failing, so a denied or absent
-        kind does not hammer the API server. Whatever a list or watch raises only means "list again"."""
+        kind does not hammer the API server. Whatever a list or watch raises only means "list again",
+        except a throttled watch (429): the cache is still whole up to the last event it applied, so after
+        the server's wait the watch resumes from there, without listing every object again."""
         backoff = Backoff(initial=self.retry_seconds, ceiling=MAX_RETRY_SECONDS)
         streak = 0  # failures in a row: an outage is logged once, not once a second
+        resume: str | None = None  # where a throttled watch picks up again; None: list first
         while not stop.is_set():
             error: Exception | None = None
             try:
-                version = await self._relist()
-                if streak > 1:
-                    log.info("%s informer: listed again after %d failed tries", self.kind, streak)
-                streak = 0
-                backoff.reset()
-                await self._follow_until(version, stop=stop)
+                if resume is None:
+                    self._version = await self._relist()
+                    if streak > 1:
+                        log.info("%s informer: listed again after %d failed tries", self.kind, streak)
+                    streak = 0
+                    backoff.reset()
+                resume = None
+                await self._follow_until(self._version, stop=stop)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # httpx surfaces stream errors as various types: all mean "list again"
@@ -137,8 +147,11 @@ class Informer:
                     log.info("%s informer: resourceVersion expired, listing again", self.kind)
                     continue  # nothing is wrong with the server: list again at once
                 error, streak = exc, streak + 1
+                throttled = status_code(exc) == THROTTLED and self.synced.is_set()
+                resume = self._version if throttled else None
                 level = logging.INFO if streak == 1 else logging.DEBUG
-                log.log(level, "%s informer: watch broken (%s), listing again: %s", self.kind, error_kind(exc), exc)
+                then = f"watching again from {resume}" if throttled else "listing again"
+                log.log(level, "%s informer: watch broken (%s), %s: %s", self.kind, error_kind(exc), then, exc)
             if isinstance(error, httpx.ConnectError):
                 backoff.reset()  # an answer after the outage, even an error, starts the doubling afresh
                 delay = min(UNREACHABLE_RETRY_SECONDS, self.retry_seconds)
@@ -182,6 +195,8 @@ class Informer:
         async with contextlib.aclosing(stream) as events:  # type: ignore[type-var]
             async for kind, obj in events:
                 self.apply(kind, obj)
+                # Bookmarks included: the newest version the cache is whole at, where a resumed watch starts.
+                self._version = str((obj.get("metadata") or {}).get("resourceVersion") or self._version)
 
     def apply(self, kind: str, obj: JSON) -> None:
         """One watch event into the cache (public: the unit tests feed events through it)."""
