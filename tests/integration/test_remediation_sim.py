@@ -10,7 +10,9 @@ operands are kept off the nodes (``nvidia.com/gpu.deploy.operands=false``): only
 2. Dry run off: node 0 (its XIDs are within ``quietSeconds``) is remediated once: the reboot taint, its
    GPU pod evicted, then the reboot request; ``GpuRemediation`` Events say both and the action is counted.
 3. Cascade: storms on nodes 1 and 2 with ``maxNodes: 1``: neither is tainted or drained; each gets a
-   circuit-breaker Warning, counted in the breaker metric.
+   circuit-breaker Warning, counted in the breaker metric; ``status.remediation`` names node 0 in
+   remediation and the two held back.
+4. Node 0 reboots (a new bootID): its remediation ends, and the breaker admits one held node, not both.
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ def _policy(*, dry_run: bool) -> JSON:
 def _events(client: Client, node: str, reason: str) -> list[JSON]:
     fields: dict[str, Any] = {"involvedObject.kind": "Node", "involvedObject.name": node, "reason": reason}
     return [e.to_dict() for e in client.list(Event, namespace="default", fields=fields)]
+
+
+def _status(client: Client) -> JSON:
+    """``status.remediation`` of the policy as the API server keeps it ({} when absent)."""
+    policy = client.get(ClusterPolicyResource, POLICY).to_dict()  # type: ignore[no-untyped-call]
+    return dict((policy.get("status") or {}).get("remediation") or {})
 
 
 def _node(client: Client, name: str) -> JSON:
@@ -144,6 +152,8 @@ def test_an_xid_storm_remediates_one_node_and_the_breaker_stops_a_cascade(
             assert _remediation(_node(client, first)) == ({}, [])
             assert _running(client, pods[first], namespace)
             assert len(_events(client, first, m.DRY_RUN_REASON)) == 1  # the storm is reported once
+            wait_for(lambda: _status(client).get("dryRun") is True, timeout=10, describe="status.remediation")
+            assert _status(client)["nodes"] == []
 
             # 2. Dry run off: the storm remediates the node, once.
             client.patch(ClusterPolicyResource, POLICY, {"spec": {"remediation": {"dryRun": False}}},
@@ -179,5 +189,29 @@ def test_an_xid_storm_remediates_one_node_and_the_breaker_stops_a_cascade(
                 assert _events(client, name, m.EVENT_REASON) == []
             assert _metric(thread, 'gpu_operator_remediation_breaker_open_total{action="reboot"} 2')
             assert len(_events(client, first, m.EVENT_REASON)) == 2  # still one remediation on the first node
+            # The policy's status says the same, through the real CRD schema (nothing pruned).
+            wait_for(lambda: _status(client).get("held") == others, timeout=10, describe="held nodes in status")
+            status = _status(client)
+            assert [(n["name"], n["action"], n["xid"]) for n in status["nodes"]] == [(first, "reboot", 79)]
+            assert status["nodes"][0]["waiting"] == "waiting for the node to reboot"
+            assert status["message"] == ("1 of at most 1 node(s) in remediation; circuit breaker open: "
+                                         "2 node(s) with a new XID held back")  # fmt: skip
+
+            # 4. The first node reboots (its kubelet reports a new bootID): its remediation ends, and the
+            # breaker lets one held node in (their XIDs are within quietSeconds), never both.
+            body = {"status": {"nodeInfo": {"bootID": "rebooted-0"}}}
+            client.patch(Node.Status, first, body, patch_type=PatchType.MERGE)
+            wait_for(lambda: not _remediation(_node(client, first))[1], timeout=30, describe=f"{first} released")
+            mine, _ = _remediation(_node(client, first))
+            assert set(mine) == {keys.REMEDIATION_HANDLED}
+            assert any("ended: the node rebooted" in e["message"] for e in _events(client, first, m.EVENT_REASON))
+            wait_for(lambda: [n["name"] for n in _status(client)["nodes"]] in ([others[0]], [others[1]]),
+                     timeout=30, describe="one held node admitted")  # fmt: skip
+            time.sleep(2)  # more passes: still only one node in remediation
+            entered = [name for name in others if _remediation(_node(client, name))[0].get(keys.REMEDIATION_STATE)]
+            status = _status(client)
+            assert len(entered) == 1, entered
+            assert [n["name"] for n in status["nodes"]] == entered
+            assert status["held"] == [name for name in others if name not in entered]
         finally:
             client.delete(ClusterPolicyResource, POLICY)

@@ -79,6 +79,12 @@ def _node(api: FakeApi, name: str) -> JSON:
     return node
 
 
+def _status(api: FakeApi) -> JSON | None:
+    policy = api.get("nvidia.com/v1", "clusterpolicies", "cluster-policy")
+    assert policy is not None
+    return (policy.get("status") or {}).get("remediation")
+
+
 def _events(api: FakeApi, reason: str) -> list[JSON]:
     return [o for k, o in api.objects.items() if k[1] == "events" and o.get("reason") == reason]
 
@@ -101,6 +107,12 @@ def test_an_xid_storm_taints_the_node_evicts_its_gpu_pod_and_records_one_event_a
     assert "gpu_operator_remediation_nodes 1" in metrics.lines()
     assert outcome.plan is not None
     assert outcome.plan.in_remediation == 1
+    status = _status(api)
+    assert status is not None
+    assert status["message"] == "1 of at most 1 node(s) in remediation"
+    ((entry),) = status["nodes"]
+    assert (entry["name"], entry["action"], entry["xid"], entry["since"]) == (
+        "gpu-0", "reboot", 79, annotations[keys.REMEDIATION_SINCE])  # fmt: skip
     _pass(api, metrics)  # the pod is gone: the reboot is asked for
     node = _node(api, "gpu-0")
     assert keys.REMEDIATION_REBOOT_REQUESTED in node["metadata"]["annotations"]
@@ -114,6 +126,8 @@ def test_an_xid_storm_taints_the_node_evicts_its_gpu_pod_and_records_one_event_a
     assert not after["spec"]["taints"]
     assert set(after["metadata"].get("annotations") or {}) == {keys.REMEDIATION_HANDLED}
     assert "gpu_operator_remediation_nodes 0" in metrics.lines()
+    assert _status(api) == {"enabled": True, "dryRun": False, "maxNodes": 1, "nodes": [], "held": [],
+                            "message": "0 of at most 1 node(s) in remediation"}  # fmt: skip
 
 
 def test_the_breaker_stops_a_cascade_and_dry_run_touches_no_node() -> None:
@@ -127,6 +141,17 @@ def test_the_breaker_stops_a_cascade_and_dry_run_touches_no_node() -> None:
     assert states == ["taint", None, None]
     assert sorted(e["involvedObject"]["name"] for e in _events(api, m.BREAKER_REASON)) == ["gpu-1", "gpu-2"]
     assert 'gpu_operator_remediation_breaker_open_total{action="taint"} 2' in metrics.lines()
+    status = _status(api)
+    assert status is not None
+    assert [n["name"] for n in status["nodes"]] == ["gpu-0"]
+    assert status["held"] == ["gpu-1", "gpu-2"]
+    assert status["message"] == (
+        "1 of at most 1 node(s) in remediation; circuit breaker open: 2 node(s) with a new XID held back"
+    )
+    requests = len(api.requests)
+    _pass(api, metrics)  # nothing changed: the breaker still holds them, and the status is not written again
+    assert _status(api) == status
+    assert not [r for r in api.requests[requests:] if r[0] == "PATCH" and r[1].endswith("/status")]
 
     dry = _cluster({"enabled": True, "dryRun": True}, nodes=2)
     _storm(dry, "gpu-0", 79)
@@ -137,6 +162,24 @@ def test_the_breaker_stops_a_cascade_and_dry_run_touches_no_node() -> None:
     (event,) = _events(dry, m.DRY_RUN_REASON)
     assert event["message"] == "dry run: would reboot node gpu-0 for XID 79"
     assert 'gpu_operator_remediation_actions_total{action="reboot",xid="79",dry_run="true"} 1' in metrics.lines()
+
+
+def test_turning_remediation_off_ends_every_remediation_then_removes_its_status() -> None:
+    api = _cluster({"enabled": True})
+    _storm(api, "gpu-0", 999, count=2)
+    _pass(api, RemediationMetrics())
+    assert [n["action"] for n in (_status(api) or {})["nodes"]] == ["taint"]
+    policy = api.get("nvidia.com/v1", "clusterpolicies", "cluster-policy")
+    assert policy is not None
+    api.put({**policy, "spec": {"remediation": {"enabled": False}}}, plural="clusterpolicies")
+    _pass(api, RemediationMetrics())  # the node is released
+    assert not _node(api, "gpu-0")["spec"]["taints"]
+    status = _status(api)
+    assert status is not None
+    assert (status["enabled"], status["nodes"]) == (False, [])
+    assert status["message"].endswith("remediation is disabled")
+    _pass(api, RemediationMetrics())  # off and nothing left: the field goes
+    assert _status(api) is None
 
 
 def test_remediation_off_reads_no_events_and_changes_nothing() -> None:

@@ -20,8 +20,14 @@ POLICY = {
             "autoUpgrade": True,
             "message": f"1 upgrading, 2 done, 1 failed of 4 node(s); gpu-2: {FAILURE}",
         },
+        "remediation": {
+            "enabled": True, "dryRun": False, "maxNodes": 1, "held": ["gpu-3"],
+            "message": "1 of at most 1 node(s) in remediation; circuit breaker open: 1 node(s) with a new XID "
+                       "held back",
+            "nodes": [{"name": "gpu-1", "action": "reboot", "xid": 79, "waiting": "waiting for the node to reboot"}],
+        },
     },
-}
+}  # fmt: skip
 
 
 def _pod(app: str) -> Any:
@@ -59,6 +65,8 @@ def test_table_says_which_nodes_wait_on_the_upgrade(monkeypatch: pytest.MonkeyPa
     out = result.output
     assert f"driver upgrades: 1 upgrading, 2 done, 1 failed of 4 node(s); gpu-2: {FAILURE}" in out
     assert "driver upgrade: validation-required" in out
+    assert "remediation: 1 of at most 1 node(s) in remediation; circuit breaker open: 1 node(s)" in out
+    assert "gpu-1: reboot after XID 79: waiting for the node to reboot" in out
     assert "driver upgrade failed: driver pod" in out
 
 

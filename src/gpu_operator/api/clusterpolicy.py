@@ -39,7 +39,7 @@ from gpu_operator.api.components import (
     SidecarComponent,
 )
 from gpu_operator.api.corev1 import PodSecurityContext
-from gpu_operator.api.remediation import RemediationSpec
+from gpu_operator.api.remediation import RemediationSpec, RemediationStatus
 from gpu_operator.api.sandbox import (
     CCManagerSpec,
     KataManagerSpec,
@@ -369,6 +369,7 @@ class ClusterPolicyStatus(ApiModel):
     namespace: str | None = opt(description="The operator namespace.")
     conditions: list[Condition] | None = opt(description="Ready and Error conditions.")
     driver_upgrade: DriverUpgradeStatus | None = opt(description="Progress of rolling driver upgrades.")
+    remediation: RemediationStatus | None = opt(description="Extension: light remediation after XID errors now.")
 
 
 class ClusterPolicy(ApiModel):

@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, IntOrPercent
+from gpu_operator.api.base import ApiModel, IntOrPercent, opt
 
 Action = Literal["none", "taint", "drain", "reset", "reboot"]
 #: Actions by strength: when a node has several XIDs, the strongest action wins.
@@ -86,3 +86,24 @@ class RemediationSpec(ApiModel):
         if percent == 0:
             return 0
         return max(1, gpu_nodes * percent // 100)
+
+
+class RemediationNodeStatus(ApiModel):
+    """Extension: one node in remediation."""
+
+    name: str = Field(description="Extension: the node.")
+    action: str = Field(description="Extension: taint, drain, reset or reboot.")
+    xid: int | None = opt(description="Extension: the XID that chose the action.")
+    since: str | None = opt(description="Extension: when the remediation began (RFC 3339).")
+    waiting: str | None = opt(description="Extension: what the remediation waits for.")
+
+
+class RemediationStatus(ApiModel):
+    """Extension: light remediation now (written by the remediation controller only)."""
+
+    enabled: bool = Field(description="Extension: whether remediation acts on XID errors.")
+    dry_run: bool | None = opt(description="Extension: whether it only records what it would do.")
+    max_nodes: int | None = opt(description="Extension: the circuit breaker's limit, resolved to a node count.")
+    nodes: list[RemediationNodeStatus] | None = opt(description="Extension: the nodes in remediation.")
+    held: list[str] | None = opt(description="Extension: nodes with a new XID the circuit breaker holds back.")
+    message: str | None = opt(description="Extension: a summary: nodes in remediation, and held back.")

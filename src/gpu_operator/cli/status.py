@@ -165,6 +165,13 @@ def print_status(
                 console.print(f"  {cond['type']}: {cond.get('reason')}: {cond.get('message')}", markup=False)
         if upgrade_message := (status.get("driverUpgrade") or {}).get("message"):
             console.print(f"  driver upgrades: {upgrade_message}", markup=False, highlight=False)
+        remediation = status.get("remediation") or {}
+        if remediation.get("message"):
+            console.print(f"  remediation: {remediation['message']}", markup=False, highlight=False)
+        for node in remediation.get("nodes") or []:
+            xid = f" after XID {node['xid']}" if node.get("xid") is not None else ""
+            waits = f": {node['waiting']}" if node.get("waiting") else ""
+            console.print(f"    {node.get('name')}: {node.get('action')}{xid}{waits}", markup=False, highlight=False)
     if not policies:
         console.print("no ClusterPolicy in this cluster")
     if node_name:

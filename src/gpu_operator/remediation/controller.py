@@ -2,7 +2,8 @@
 
 A pass reads the active ClusterPolicy's ``spec.remediation`` and maintenance windows, the GPU nodes
 (from the operator's cache) and the Node Events (from the operator's Event cache when it has one,
-else one list), plans (:func:`gpu_operator.remediation.plan.plan`) and applies the steps. Nothing is
+else one list), plans (:func:`gpu_operator.remediation.plan.plan`), applies the steps and writes
+``status.remediation`` of the policy when it changed (:mod:`gpu_operator.remediation.status`). Nothing is
 kept in memory between passes but the metrics: the state is on the Nodes and in the Events. With
 remediation off and no node in remediation a pass reads nothing but the cached Nodes.
 
@@ -36,6 +37,7 @@ from gpu_operator.remediation.collect import (
 from gpu_operator.remediation.execute import Applied, execute
 from gpu_operator.remediation.model import Plan, Settings, Snapshot, Step
 from gpu_operator.remediation.plan import plan
+from gpu_operator.remediation.status import summary, write_status
 
 log = logging.getLogger(__name__)
 PREFIX = "gpu_operator_remediation_"
@@ -86,14 +88,15 @@ class RemediationOutcome:
         return None if self.plan is None else self.plan.requeue_after
 
 
-async def _spec(kube: Kube) -> ClusterPolicySpec | str | None:
+async def _spec(kube: Kube) -> tuple[JSON | None, ClusterPolicySpec | str | None]:
+    """The active policy and its spec (a string: why the spec cannot be used)."""
     policy = active_policy(await kube.list_objects("nvidia.com/v1", "ClusterPolicy"))
     if policy is None:
-        return None
+        return None, None
     try:
-        return ClusterPolicy.model_validate(policy).spec
+        return policy, ClusterPolicy.model_validate(policy).spec
     except ValidationError as error:
-        return f"ClusterPolicy spec.remediation or maintenanceWindows: {error}"
+        return policy, f"ClusterPolicy spec.remediation or maintenanceWindows: {error}"
 
 
 def _busy(node: JSON) -> bool:
@@ -111,13 +114,15 @@ async def remediation_pass(
     cached_events: Callable[[], Sequence[JSON] | None] = lambda: None,
 ) -> RemediationOutcome:
     """One pass (see the module docstring); ``cached_events`` answers the Node Events from a synced cache."""
-    spec = await _spec(kube)
+    policy, spec = await _spec(kube)
     if isinstance(spec, str):
         log.error("remediation paused: %s", spec)
         return RemediationOutcome(error=spec)
     enabled = spec is not None and spec.remediation.enabled
     if not enabled and not any(_busy(n) for n in await kube.list_objects("v1", "Node")):
         metrics.nodes = 0
+        if policy is not None:
+            await write_status(kube, policy=policy, desired=None)  # nothing to say: no field at all
         return RemediationOutcome()
     events = cached_events()
     if events is None:
@@ -129,6 +134,8 @@ async def remediation_pass(
     planned = plan(Snapshot(nodes=nodes, signals=signals, notes=notes, now=now), settings)
     applied = await execute(kube, planned.steps, nodes)
     metrics.record(applied.done, in_remediation=planned.in_remediation)
+    if policy is not None:
+        await write_status(kube, policy=policy, desired=summary(settings=settings, nodes=nodes, steps=applied.done))
     for step in planned.steps:
         if step.waiting:
             log.debug("remediation of node %s: %s", step.node, step.waiting)
