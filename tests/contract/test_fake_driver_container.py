@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpu_operator.agents.drivermanager.modules import HostDriver, ModuleError, unload_all
+from gpu_operator.agents.shared.cdi import discover
 from gpu_operator.gpu.catalog import node_profile
 from gpu_operator.sim.fakedriver.build import cached_build
 from gpu_operator.sim.fakedriver.container import HARDWARE, PAYLOAD_DIR, hardware_text
@@ -25,13 +26,14 @@ from gpu_operator.sim.fakedriver.install import FakeDriver
 from tests.contract.fakenvml import REPO
 
 OLD, NEW = "580.95.05", "595.91.07"
+BROKEN = "590.48.01"  # built without its CUDA library: it loads, its validation fails
 
 
 @pytest.fixture(scope="module")
 def image_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build = cached_build(checkout_root=REPO)
     tree = tmp_path_factory.mktemp("fake-driver-image")
-    layer_tree(tree, build=build, versions=(OLD, NEW))
+    layer_tree(tree, build=build, versions=(OLD, NEW, BROKEN), broken=(BROKEN,))
     return tree
 
 
@@ -81,6 +83,29 @@ def test_the_runfile_installs_its_version_for_the_hosts_gpus(
     # The upgrade: the new version's description replaces the old one's.
     assert _runfile(image_tree, NEW, root, tool_env).returncode == 0
     assert sorted(p.name for p in (root / "lib/firmware/nvidia").iterdir()) == [NEW]
+
+
+def test_a_broken_version_loads_but_leaves_no_cuda_library_for_validation_to_find(
+    image_tree: Path, host: Path, tool_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The canary e2e's bad driver: over a good one, it installs and ``nvidia-smi`` answers, but nothing
+    of CUDA is left, so the CDI spec mounts none and the validator's CUDA check cannot load libcuda."""
+    root = tmp_path / "container"
+    libdir = root / "usr/lib/x86_64-linux-gnu"
+    assert _runfile(image_tree, OLD, root, tool_env).returncode == 0
+    assert (libdir / "libcuda.so.1").resolve().name == f"libcuda.so.{OLD}"
+    result = _runfile(image_tree, BROKEN, root, tool_env)
+    assert result.returncode == 0, result.stderr
+    assert not [p.name for p in libdir.iterdir() if p.name.startswith("libcuda")]
+    assert not [lib for lib in discover(root=root, version=BROKEN).libraries if "libcuda" in lib]
+    env = {**tool_env, "LD_LIBRARY_PATH": str(libdir)}
+    smi = subprocess.run([str(root / "usr/bin/nvidia-smi"), "-L"], capture_output=True, text=True, timeout=30,
+                         env=env, check=False)  # fmt: skip
+    assert smi.returncode == 0, smi.stderr
+    assert "UUID: " in smi.stdout
+    # The rollback: the good version's installer brings CUDA back.
+    assert _runfile(image_tree, OLD, root, tool_env).returncode == 0
+    assert (libdir / "libcuda.so.1").resolve().name == f"libcuda.so.{OLD}"
 
 
 def test_modules_load_and_unload_through_the_host_backend(

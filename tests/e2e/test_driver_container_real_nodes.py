@@ -16,9 +16,10 @@ are ``upgrade-done``; each node's workload (a Deployment's pod) is evicted befor
 goes, and comes back on the new version. While the first node waits for its workload to go, its
 kubelet and containerd restart (issue 22's fault): the evicted pod must still go, and the upgrade
 finish without a failed node; the figures go to the chaos results (RELIABILITY.md). Last, a canary
-rollout (issue 21) of a driver whose image does not exist: real-node-1, the canary, cannot run it, the
-rollout halts at the canary's timeout and rolls it back to the last good driver, and real-node-2 keeps
-its driver pod and is never cordoned. Then a good driver through the canary's real gates: the
+rollout (issue 21) of a driver that fails validation: it installs and loads on real-node-1, the canary,
+but leaves no CUDA library, so the validator's CUDA check fails there; the rollout halts at the
+canary's timeout with the canary in validation and rolls it back to the last good driver, and
+real-node-2 keeps its driver pod and is never cordoned. Then a good driver through the canary's real gates: the
 validator, the exporter Ready, and a probe Job whose GPU's nvidia-smi must answer on the canary; only
 then does real-node-2 start.
 """
@@ -59,6 +60,8 @@ JSON = dict[str, Any]
 PROFILES = {"real-node-1": "dgx-h100", "real-node-2": "a100-mig"}
 GPUS = {"real-node-1": 8, "real-node-2": 2}
 OLD, NEW = "580.95.05", "595.91.07"
+#: A driver that installs and loads but leaves no CUDA library: only the validator's CUDA check fails.
+BAD = "590.48.01"
 SHAPE: Shape = "driver-container"
 #: The node whose kubelet and containerd restart while it waits for its workload to go (it goes first).
 RESTARTED = "real-node-1"
@@ -79,7 +82,8 @@ OPERANDS = {
 def driver_image(product_image: ProductImage) -> DriverImage:
     output = REPO / "build" / "image" / "fake-nvidia-driver.oci.tar"
     return build_driver_image(base=product_image.archive, build=cached_build(checkout_root=REPO),
-                              versions=(OLD, NEW), os_tag=host_os_tag(), output=output)  # fmt: skip
+                              versions=(OLD, NEW, BAD), broken=(BAD,), os_tag=host_os_tag(),
+                              output=output)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +147,27 @@ def _driver_pods(kube: Client) -> dict[str, JSON]:
 
 def _has_gpus(kube: Client, node: str) -> bool:
     return allocatable(kube, node) == str(GPUS[node])
+
+
+def _pod_ready(pod: JSON) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _failed_init(kube: Client, node: str, container: str) -> list[str]:
+    """How ``container``, an init container of the validator pod on ``node``, failed ("" none yet)."""
+    pods = kube.list(Pod, namespace=NAMESPACE, labels={"app": "nvidia-operator-validator"},
+                     fields={"spec.nodeName": node})  # fmt: skip
+    out = []
+    for pod in pods:
+        for status in (pod.to_dict().get("status") or {}).get("initContainerStatuses") or []:
+            if status["name"] != container:
+                continue
+            state, last = status.get("state") or {}, status.get("lastState") or {}
+            ended = state.get("terminated") or last.get("terminated") or {}
+            if ended.get("exitCode", 0) != 0:
+                out.append(f"{container} exited {ended['exitCode']}: {ended.get('message') or ended.get('reason')}")
+    return out
 
 
 def _labels(kube: Client, node: str) -> dict[str, str]:
@@ -273,10 +298,10 @@ def test_a_driver_upgrade_evicts_the_workload_first_and_ends_upgrade_done(
         assert seen == NEW, node
 
 
-#: A driver version the fake driver image has no tag for: its pod never runs (ImagePullBackOff).
-BAD = "599.0.1"
 #: The canary stage of the e2e: one canary (real-node-1, first by name), and 45 s to run the new driver.
 CANARY = {"nodes": 1, "soakSeconds": 5, "timeoutSeconds": 45}
+#: The bad driver's canary gets longer: its driver must install and its validator fail first.
+BAD_TIMEOUT = 120
 
 
 def _rollout(kube: Client) -> dict[str, str]:
@@ -290,7 +315,7 @@ def _rollout(kube: Client) -> dict[str, str]:
 def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_changes(
     driver_cluster: LocalCluster, kube: Client, installed: float
 ) -> None:
-    """Issue 21: a bad driver reaches only its canary, which the operator returns to the last good driver."""
+    """Issue 21: a driver failing validation reaches only its canary, which returns to the last good driver."""
     canary, other = "real-node-1", "real-node-2"
 
     def settled() -> bool:
@@ -303,12 +328,15 @@ def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_c
     before = {n: (p["metadata"]["uid"], p["spec"]["containers"][0]["image"]) for n, p in _driver_pods(kube).items()}
     assert before[canary][1] == before[other][1] == reference(version=good, os_tag=host_os_tag())
     began = time.monotonic()
-    patch = {"spec": {"driver": {"version": BAD, "upgradePolicy": {"canary": CANARY}}}}
+    canary_stage = {**CANARY, "timeoutSeconds": BAD_TIMEOUT}
+    patch = {"spec": {"driver": {"version": BAD, "upgradePolicy": {"canary": canary_stage}}}}
     driver_cluster.kubectl("patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p", json.dumps(patch))
     seen: dict[str, set[str]] = {n: set() for n in PROFILES}
     uids: dict[str, set[str]] = {n: set() for n in PROFILES}
     cordoned: set[str] = set()
     phases: list[str] = []
+    bad_driver_ready: list[str] = []  # the canary's driver pod of the bad driver, once Ready (it installed)
+    validation_failed: list[str] = []  # what the canary's validator said while the bad driver ran
 
     def rolled_back() -> bool:
         for node in PROFILES:
@@ -318,6 +346,11 @@ def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_c
                 cordoned.add(node)
         for node, pod in _driver_pods(kube).items():
             uids[node].add(pod["metadata"]["uid"])
+            bad = pod["spec"]["containers"][0]["image"] == reference(version=BAD, os_tag=host_os_tag())
+            if node == canary and bad and _pod_ready(pod) and not bad_driver_ready:
+                bad_driver_ready.append(pod["metadata"]["name"])
+        if bad_driver_ready and not validation_failed:
+            validation_failed.extend(_failed_init(kube, canary, "cuda-validation"))
         phase = _rollout(kube).get("phase", "")
         if not phases or phases[-1] != phase:
             phases.append(phase)
@@ -331,7 +364,11 @@ def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_c
           f"reason: {rollout['reason']}")  # fmt: skip
     assert phases[-3:] == ["canary", "rolling-back", "rolled-back"], phases
     assert rollout["canaries"] == canary
-    assert f"did not run driver {BAD} validated within 45 s" in rollout["reason"]
+    # The bad driver installed and ran on the canary: it failed in validation, not before.
+    assert bad_driver_ready, "the bad driver's pod never became Ready on the canary"
+    assert validation_failed, "the canary's validator never failed its CUDA check"
+    print(f"the canary's validator on driver {BAD}: {validation_failed[0]}")
+    assert f"did not run driver {BAD} validated within {BAD_TIMEOUT} s ({m.VALIDATION}" in rollout["reason"]
     after = {n: (p["metadata"]["uid"], p["spec"]["containers"][0]["image"]) for n, p in _driver_pods(kube).items()}
     # The canary: its driver replaced by the bad one, then by the good one again; uncordoned.
     assert after[canary][1] == before[canary][1]

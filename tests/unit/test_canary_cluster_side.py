@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 from gpu_operator.names import keys
+from gpu_operator.reconcile.caches import operator_informers
 from gpu_operator.reconcile.rollback import stamped
 from gpu_operator.render.states import StateManifests
 from gpu_operator.upgrade import canary as c
 from gpu_operator.upgrade.canary import Decision, Rollout, driver_spec_digest
 from gpu_operator.upgrade.controller import PartitionResult, UpgradeOutcome
 from gpu_operator.upgrade.model import Knobs
-from gpu_operator.upgrade.rollout import _probe_state, probe_job, status_of, target_of
+from gpu_operator.upgrade.rollout import _probe_state, probe_job, probe_key, probe_name, status_of, target_of
 
 POLICY = {"spec": {"driver": {"version": "580.65.06", "upgradePolicy": {"autoUpgrade": True}}}}
 
@@ -27,9 +28,9 @@ def test_the_target_is_spec_driver_without_its_upgrade_policy() -> None:
 
 def test_a_probe_job_is_pinned_to_its_canary_with_one_try_and_a_deadline() -> None:
     probe = {"image": "cuda-sample", "command": ["/vectorAdd"], "gpus": 2, "timeoutSeconds": 90}
-    job = probe_job(node="gpu-a", probe=probe, target="0123456789abcdef", namespace="gpu-operator")
+    job = probe_job(node="gpu-a", probe=probe, key="0123456789abcdef-1000", namespace="gpu-operator")
     spec = job["spec"]
-    assert job["metadata"]["labels"] == {keys.CANARY_PROBE_LABEL: "0123456789abcdef"}
+    assert job["metadata"]["labels"] == {keys.CANARY_PROBE_LABEL: "0123456789abcdef-1000"}
     assert job["metadata"]["annotations"] == {keys.CANARY_PROBE_LABEL: "gpu-a"}
     assert spec["backoffLimit"] == 0
     assert spec["activeDeadlineSeconds"] == 90
@@ -40,8 +41,18 @@ def test_a_probe_job_is_pinned_to_its_canary_with_one_try_and_a_deadline() -> No
     assert container["command"] == ["/vectorAdd"]
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    long = probe_job(node="n" * 80, probe={"image": "x"}, target="0123456789abcdef", namespace="ns")
+    long = probe_job(node="n" * 80, probe={"image": "x"}, key="0123456789abcdef-1000", namespace="ns")
     assert len(long["metadata"]["name"]) <= 63
+    # Nodes of one pool share long prefixes (gke-<cluster>-<pool>-<hash>-xxxx): each gets its own Job.
+    pool = [f"gke-production-cluster-gpu-pool-a100-8f3c2d1e-{s}" for s in ("x7k2", "q9m4")]
+    names = {probe_job(node=n, probe={"image": "x"}, key="k-1", namespace="ns")["metadata"]["name"] for n in pool}
+    assert len(names) == 2
+    assert all(len(n) <= 63 for n in names)
+    # A later soak of the same driver does not find the earlier soak's Jobs (another label, other names).
+    rollout = Rollout(target="0123456789abcdef", since=1000.7)
+    later = dataclasses.replace(rollout, since=2000.0)
+    assert probe_key(rollout) == "0123456789abcdef-1000" != probe_key(later)
+    assert probe_name(node="gpu-a", key=probe_key(rollout)) != probe_name(node="gpu-a", key=probe_key(later))
 
 
 def test_a_probe_jobs_conditions_say_how_it_went() -> None:
@@ -85,3 +96,21 @@ def test_the_rollout_phase_is_a_metric() -> None:
     assert 'gpu_operator_driver_rollout_phase{phase="halted"} 1' in lines
     assert 'gpu_operator_driver_rollout_phase{phase="idle"} 0' in lines
     assert UpgradeOutcome(partitions=(PartitionResult(partition="", knobs=Knobs(), counts={}),)).metric_lines() == []
+
+
+def test_a_rollback_request_on_the_rollout_configmap_wakes_the_upgrade_controller() -> None:
+    woken: list[str] = []
+    informers = operator_informers(None, namespace="gpu-operator", wake_all=lambda: woken.append("all"),
+                                   wake_reconciler=lambda: woken.append("reconciler"),
+                                   wake_upgrade=lambda: woken.append("up"))  # fmt: skip
+    (configs,) = [i for i in informers if i.kind == "ConfigMap"]
+    meta = {"name": keys.DRIVER_ROLLOUT_CONFIGMAP, "namespace": "gpu-operator"}
+    configs.apply("ADDED", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
+    woken.clear()
+    asked = {**meta, "annotations": {keys.DRIVER_ROLLBACK_REQUESTED: "true"}}
+    configs.apply("MODIFIED", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": asked})
+    assert woken == ["reconciler", "up"]
+    woken.clear()
+    other = {"name": "plugin-config", "namespace": "gpu-operator", "labels": {"x": "y"}}
+    configs.apply("ADDED", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": other})
+    assert woken == ["reconciler"]

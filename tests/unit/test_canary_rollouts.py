@@ -198,6 +198,21 @@ def test_the_probe_job_must_succeed_on_every_canary() -> None:
     assert passed.rollout.phase == c.PROCEEDING
 
 
+def test_a_canary_removed_during_the_soak_is_not_waited_for_but_losing_every_canary_halts() -> None:
+    knobs = dataclasses.replace(KNOBS, probe={"image": "cuda-sample", "timeoutSeconds": 60})
+    rollout = dataclasses.replace(GOOD, phase=c.SOAKING, target=NEW.digest, target_version=NEW.version,
+                                  canaries=("gpu-a", "gpu-b"), since=1000)  # fmt: skip
+    on = {"gpu-a": NEW, "gpu-b": NEW}
+    nodes = tuple(n for n in _snapshot(now=1070, ds=NEW, on=on).nodes if n.name != "gpu-b")  # gpu-b scaled away
+    one_left = advance(rollout, snapshot=Snapshot(nodes=nodes, now=1070), knobs=knobs, target=NEW,
+                       facts=GateFacts(probes={"gpu-a": c.PROBE_SUCCEEDED}))  # fmt: skip
+    assert one_left.rollout.phase == c.PROCEEDING
+    none_left = tuple(n for n in nodes if n.name != "gpu-a")
+    gone = advance(rollout, snapshot=Snapshot(nodes=none_left, now=1070), knobs=knobs, target=NEW, facts=GateFacts())
+    assert gone.rollout.phase == c.ROLLING_BACK
+    assert "left the cluster" in gone.rollout.reason
+
+
 def test_without_a_canary_stage_or_a_known_good_driver_every_node_may_start() -> None:
     snapshot = _snapshot(now=1, ds=NEW)
     assert advance(GOOD, snapshot=snapshot, knobs=None, target=NEW, facts=GateFacts()).allowed is None
@@ -216,7 +231,7 @@ def test_the_rollout_survives_its_configmap_and_a_restart() -> None:
 def test_a_canary_that_does_not_get_there_in_time_halts_the_rollout() -> None:
     knobs = dataclasses.replace(KNOBS, timeout_seconds=120)
     rollout = dataclasses.replace(GOOD, phase=c.CANARY, target=NEW.digest, target_version=NEW.version,
-                                  canaries=("gpu-a",), since=1000)  # fmt: skip
+                                  canaries=("gpu-a",), since=900, started=1000)  # fmt: skip
     stuck = _node("gpu-a", on=NEW, ds=NEW, state=m.POD_RESTART, ready=False)
     assert stuck.driver is not None
     stuck = dataclasses.replace(stuck, driver=dataclasses.replace(stuck.driver, waiting_reason="ImagePullBackOff"))
@@ -225,6 +240,100 @@ def test_a_canary_that_does_not_get_there_in_time_halts_the_rollout() -> None:
     late = advance(rollout, snapshot=Snapshot(nodes=(stuck,), now=1120), knobs=knobs, target=NEW, facts=GateFacts())
     assert late.rollout.phase == c.ROLLING_BACK
     assert "within 120 s (pod-restart-required, driver pod ImagePullBackOff)" in late.rollout.reason
+
+
+def test_the_canary_timeout_counts_from_when_the_canary_started_not_while_it_was_held() -> None:
+    """A canary held in upgrade-required (a closed maintenance window, no free slot) is not late: the
+    driver was never tried. Its timeout runs from the pass that sees it under way."""
+    knobs = dataclasses.replace(KNOBS, timeout_seconds=120)
+    rollout = dataclasses.replace(GOOD, phase=c.CANARY, target=NEW.digest, target_version=NEW.version,
+                                  canaries=("gpu-a",), since=1000)  # fmt: skip
+    held = _snapshot(now=5000, ds=NEW)  # hours later, still upgrade-required
+    waiting = advance(rollout, snapshot=held, knobs=knobs, target=NEW, facts=GateFacts())
+    assert (waiting.rollout.phase, waiting.rollout.started) == (c.CANARY, 0.0)
+    assert waiting.allowed == frozenset({"gpu-a"})
+    moving = _node("gpu-a", on=OLD, ds=NEW, state=m.CORDON)
+    began = advance(rollout, snapshot=Snapshot(nodes=(moving,), now=6000), knobs=knobs, target=NEW, facts=GateFacts())
+    assert (began.rollout.phase, began.rollout.started) == (c.CANARY, 6000)
+    stuck = _node("gpu-a", on=NEW, ds=NEW, state=m.POD_RESTART, ready=False)
+    snapshot = Snapshot(nodes=(stuck,), now=6119)
+    on_time = advance(began.rollout, snapshot=snapshot, knobs=knobs, target=NEW, facts=GateFacts())
+    assert on_time.rollout.phase == c.CANARY
+    late = advance(began.rollout, snapshot=Snapshot(nodes=(stuck,), now=6120), knobs=knobs, target=NEW,
+                   facts=GateFacts())  # fmt: skip
+    assert late.rollout.phase == c.ROLLING_BACK
+    assert Rollout.from_data(began.rollout.data()).started == 6000
+
+
+def test_a_fixed_driver_after_a_halt_is_not_blamed_for_the_old_failure() -> None:
+    """Without autoRollback a canary stays failed on B; spec.driver then goes to a fixed C. The failure on B
+    must not halt C at once: healthy canaries are taken first, and the failed node waits for them."""
+    fixed = {**NEW_DRIVER, "version": "580.65.07"}
+    third = Target(digest=driver_spec_digest(fixed), version="580.65.07", driver=json.dumps(fixed))
+    halted = dataclasses.replace(
+        GOOD,
+        phase=c.HALTED,
+        target=NEW.digest,
+        target_version=NEW.version,
+        canaries=("gpu-a",),
+        since=100,
+        reason="canary gpu-a: driver pod restarted 3 times",
+    )
+    failed = _node(
+        "gpu-a",
+        on=NEW,
+        ds=third,
+        state=m.FAILED,
+        ready=False,
+        **{m.FAILURE_REASON: "driver pod restarted 3 times", m.WAIT_START: "150"},
+    )
+    assert failed.driver is not None
+    failed = dataclasses.replace(failed, driver=dataclasses.replace(failed.driver, created=160))
+    others = [_node(n, on=OLD, ds=third, state=m.DONE) for n in NODES[1:]]
+    snapshot = Snapshot(nodes=(failed, *others), now=400)
+    decision = advance(halted, snapshot=snapshot, knobs=KNOBS, target=third, facts=GateFacts())
+    assert decision.rollout.phase == c.CANARY, decision.rollout.reason
+    assert decision.rollout.canaries == ("gpu-b",)
+    knobs = Knobs(auto_upgrade=True, max_parallel=0, max_unavailable=None, admit=decision.allowed,
+                  admit_hold=decision.hold)  # fmt: skip
+    planned = plan(snapshot, knobs)
+    step = planned.step("gpu-a")
+    assert step is not None
+    assert step.after == m.FAILED  # not upgraded before its canaries passed
+    assert "the changed driver comes later" in step.waiting
+    # Named as the canary itself, the failed node is upgraded again, and its old failure halts nothing.
+    named = advance(halted, snapshot=snapshot, knobs=dataclasses.replace(KNOBS, names=("gpu-a",)), target=third,
+                    facts=GateFacts())  # fmt: skip
+    assert named.rollout.phase == c.CANARY
+    again = plan(snapshot, dataclasses.replace(knobs, admit=named.allowed, admit_hold=named.hold)).step("gpu-a")
+    assert again is not None
+    assert again.after not in (m.FAILED, "")
+
+
+def test_a_driver_changed_while_proceeding_has_no_stale_good_driver_to_return_to() -> None:
+    """B passed its canary and reached some nodes; spec.driver then goes to C. Rolling a C canary back to A
+    would split the fleet (A here, B there) for good: C rolls without a canary stage, and becomes good."""
+    fixed = {**NEW_DRIVER, "version": "580.65.07"}
+    third = Target(digest=driver_spec_digest(fixed), version="580.65.07", driver=json.dumps(fixed))
+    proceeding = dataclasses.replace(GOOD, phase=c.PROCEEDING, target=NEW.digest, target_version=NEW.version,
+                                     canaries=("gpu-a",), since=100)  # fmt: skip
+    mixed = _snapshot(now=200, ds=third, on={"gpu-a": NEW, "gpu-b": NEW})
+    decision = advance(proceeding, snapshot=mixed, knobs=KNOBS, target=third, facts=GateFacts())
+    assert (decision.rollout.phase, decision.rollout.good, decision.allowed) == (c.IDLE, "", None)
+    done = advance(decision.rollout, snapshot=_snapshot(now=300, ds=third, on=dict.fromkeys(NODES, third)),
+                   knobs=KNOBS, target=third, facts=GateFacts())  # fmt: skip
+    assert done.rollout.good == third.digest
+
+
+def test_a_skipped_or_down_node_does_not_keep_a_rollout_from_completing() -> None:
+    proceeding = dataclasses.replace(GOOD, phase=c.PROCEEDING, target=NEW.digest, target_version=NEW.version,
+                                     canaries=("gpu-a",), since=100)  # fmt: skip
+    nodes = list(_snapshot(now=200, ds=NEW, on=dict.fromkeys(NODES[:2], NEW)).nodes)
+    nodes[2] = dataclasses.replace(nodes[2], labels={**nodes[2].labels, m.SKIP_LABEL: "true"})
+    nodes[3] = dataclasses.replace(nodes[3], ready=False)
+    decision = advance(proceeding, snapshot=Snapshot(nodes=tuple(nodes), now=200), knobs=KNOBS, target=NEW,
+                       facts=GateFacts())  # fmt: skip
+    assert (decision.rollout.phase, decision.rollout.good) == (c.IDLE, NEW.digest)
 
 
 def test_a_rollback_is_not_taken_once_the_canaries_passed() -> None:

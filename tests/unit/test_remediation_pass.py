@@ -130,6 +130,43 @@ def test_an_xid_storm_taints_the_node_evicts_its_gpu_pod_and_records_one_event_a
                             "message": "0 of at most 1 node(s) in remediation"}  # fmt: skip
 
 
+def test_a_taint_conflict_loses_neither_the_event_nor_the_metric_and_the_next_pass_repairs_it() -> None:
+    api = _cluster({"enabled": True})
+    _storm(api, "gpu-0", 999, count=2)
+    # Another writer changed the taints between the read and the patch: the API server's 422.
+    api.fail(method="PATCH", path="/api/v1/nodes/gpu-0", body='"op": ?"test"', status=422)
+    metrics = RemediationMetrics()
+    _pass(api, metrics)
+    node = _node(api, "gpu-0")
+    assert node["metadata"]["annotations"][keys.REMEDIATION_STATE] == "taint"
+    assert not (node.get("spec") or {}).get("taints")
+    assert len(_events(api, m.EVENT_REASON)) == 1
+    assert 'gpu_operator_remediation_actions_total{action="taint",xid="999",dry_run="false"} 1' in metrics.lines()
+    _pass(api, metrics)  # the taint is repaired; no second Event, no second count
+    assert _node(api, "gpu-0")["spec"]["taints"] == [
+        {"key": keys.REMEDIATION_TAINT, "value": "taint", "effect": "NoSchedule"}
+    ]
+    assert len(_events(api, m.EVENT_REASON)) == 1
+    assert 'gpu_operator_remediation_actions_total{action="taint",xid="999",dry_run="false"} 1' in metrics.lines()
+
+
+def test_a_storm_over_many_nodes_reads_the_pods_of_those_the_breaker_may_let_in_only() -> None:
+    api = _cluster({"enabled": True, "maxNodes": 1}, nodes=6)
+    for i in range(6):
+        _storm(api, f"gpu-{i}", 79, count=2)
+    _storm(api, "gpu-0", 31, count=1)  # an application error leads to no action: it takes no place
+    metrics = RemediationMetrics()
+    _pass(api, metrics)
+    pod_lists = [r for r in api.requests if r == ("GET", "/api/v1/pods")]
+    assert len(pod_lists) == 1  # gpu-0, the one the breaker lets in
+    assert api.get("v1", "pods", "trainer-0", "work") is None  # and its GPU pod was drained
+    before = len(api.requests)
+    _pass(api, metrics)
+    assert len([r for r in api.requests[before:] if r == ("GET", "/api/v1/pods")]) == 2  # gpu-0, and gpu-1 next
+    for i in range(1, 6):
+        assert api.get("v1", "pods", f"trainer-{i}", "work") is not None
+
+
 def test_the_breaker_stops_a_cascade_and_dry_run_touches_no_node() -> None:
     api = _cluster({"enabled": True, "maxNodes": 1}, nodes=3)
     for i in range(3):

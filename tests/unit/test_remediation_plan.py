@@ -132,6 +132,22 @@ def test_reset_asks_the_upgrade_machine_and_ends_when_the_driver_was_reloaded() 
     assert done.in_remediation == 0
 
 
+def test_xids_of_the_old_driver_while_the_reset_waited_do_not_ask_for_a_second_reload() -> None:
+    (node,) = _apply([_node("a")], plan(Snapshot(nodes=(_node("a"),), signals=tuple(_storm("a", 48)), now=T0), ON))
+    taken = {k: v for k, v in node.annotations.items() if k != keys.UPGRADE_REQUESTED}
+    driver = PodView(namespace="gpu-operator", name="nvidia-driver-x", owner_kind="DaemonSet", created=T0 + 100,
+                     labels={"app.kubernetes.io/component": "nvidia-driver"})  # fmt: skip
+    finished = dataclasses.replace(node, upgrade_state="upgrade-done", annotations=taken, pods=(driver,))
+    # XIDs at T0+50 (the old driver, the reload still waiting) and none since the new driver pod (T0+100).
+    waited = (*_storm("a", 48), *_storm("a", 48, at=T0 + 50, count=3))
+    done = plan(Snapshot(nodes=(finished,), signals=waited, now=T0 + 160), ON)
+    assert "driver was reloaded" in _events(done)[0][1]
+    # An XID after the reload does ask again.
+    again = plan(Snapshot(nodes=(finished,), signals=(*waited, *_storm("a", 48, at=T0 + 130, count=1)),
+                          now=T0 + 160), ON)  # fmt: skip
+    assert "requested again" in _events(again)[0][1]
+
+
 def test_reset_falls_back_to_drain_when_driver_upgrades_are_off() -> None:
     nodes = [_node("a", pods=[_gpu_pod("trainer")])]
     done = plan(Snapshot(nodes=tuple(nodes), signals=tuple(_storm("a", 63)), now=T0),
@@ -270,3 +286,18 @@ def test_turning_dry_run_on_ends_the_remediations_under_way() -> None:
     assert _state(clear) is None
     assert clear.taint is None
     assert "dry run turned on" in _events(done)[0][1]
+
+
+def test_a_node_whose_pods_were_not_read_is_never_drained_blind() -> None:
+    """A reboot asks for the reboot at once when no GPU pod is seen: on a node whose pods this pass did not
+    read, that would reboot under running work. It waits for a pass that read them."""
+    unread = dataclasses.replace(_node("gpu-a", pods=[_gpu_pod("trainer")]), pods=(), pods_known=False)
+    done = plan(Snapshot(nodes=(unread,), signals=tuple(_storm("gpu-a", 79)), now=T0), ON)
+    (step,) = done.steps
+    assert step.waiting == "its GPU pods are read on a later pass"
+    assert not step.annotations
+    assert step.taints is None
+    assert step.event is None
+    assert done.in_remediation == 0
+    taint_only = plan(Snapshot(nodes=(unread,), signals=tuple(_storm("gpu-a", 999)), now=T0), ON)
+    assert taint_only.steps[0].annotations[keys.REMEDIATION_STATE] == "taint"  # no drain: no pods needed

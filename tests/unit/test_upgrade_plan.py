@@ -203,6 +203,19 @@ def test_validation_needs_a_validator_newer_than_the_driver() -> None:
     assert all(step.annotations.get(k, None) is None for k in m.TIMER_ANNOTATIONS)
 
 
+def test_a_driver_changed_during_validation_restarts_at_once_still_cordoned() -> None:
+    """A canary rolled back from a driver that fails validation: the node must not sit out the validation
+    timeout (600 s) before its driver pod is replaced by the good one."""
+    n = node("a", m.VALIDATION, unschedulable=True, drv=driver(sync=False),
+             annotations={m.VALIDATION_START: str(int(NOW - 30))})  # fmt: skip
+    step = run([n], knobs()).step("a")
+    assert step is not None
+    assert step.after == m.POD_RESTART
+    assert step.delete_driver == "gpu-operator/nvidia-driver-x"
+    assert step.unschedulable is None  # stays cordoned
+    assert not step.failed
+
+
 def test_validation_timeout_fails_the_node() -> None:
     n = node("a", m.VALIDATION, unschedulable=True, drv=driver(sync=True),
              annotations={m.VALIDATION_START: str(int(NOW - 601))})  # fmt: skip

@@ -33,11 +33,15 @@ def fake_driver_group() -> None:
 @click.option("--version", "version", required=True, help="The driver version to install.")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("/"), show_default=True)
 @click.option("--payload", type=click.Path(file_okay=False, path_type=Path), default=Path(PAYLOAD_DIR))
-def install_command(*, version: str, root: Path, payload: Path) -> None:
+@click.option("--without-cuda", "without_cuda", is_flag=True,
+              help="Install a broken driver without its CUDA library: the validator's CUDA check fails.")  # fmt: skip
+def install_command(*, version: str, root: Path, payload: Path, without_cuda: bool) -> None:
     """Install the fake driver VERSION for this host's fake GPUs (the installer's own options are accepted
     and ignored: ``--silent``, ``--kernel-name=...``)."""
     try:
-        driver = install_in_container(version=version, root=root, host_root=_host_root(), payload=payload)
+        driver = install_in_container(
+            version=version, root=root, host_root=_host_root(), payload=payload, cuda=not without_cuda
+        )
     except FakeDriverError as error:
         raise click.ClickException(str(error)) from error
     click.echo(f"fake NVIDIA driver {driver.version} installed under {root} for {len(driver.uuids)} GPU(s)")

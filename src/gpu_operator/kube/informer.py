@@ -96,6 +96,7 @@ class Informer:
     # sorting 5,000 of them each time was a tenth of a pass's CPU (issue 23).
     _ordered: list[JSON] | None = field(default=None, repr=False)
     _version: str = field(default="", repr=False)  # the resourceVersion the cache is whole at
+    _events: int = field(default=0, repr=False)  # watch events received (bookmarks included)
 
     def serves(self, *, api_version: str, kind: str, namespace: str | None, labels: Selector | None) -> bool:
         """Whether a list query can be answered from this cache: same kind and namespace, and a label
@@ -129,6 +130,7 @@ class Informer:
         backoff = Backoff(initial=self.retry_seconds, ceiling=MAX_RETRY_SECONDS)
         streak = 0  # failures in a row: an outage is logged once, not once a second
         resume: str | None = None  # where a throttled watch picks up again; None: list first
+        delivered = self._events
         while not stop.is_set():
             error: Exception | None = None
             try:
@@ -139,10 +141,14 @@ class Informer:
                     streak = 0
                     backoff.reset()
                 resume = None
+                delivered = self._events
                 await self._follow_until(self._version, stop=stop)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # httpx surfaces stream errors as various types: all mean "list again"
+                if self._events > delivered:  # a watch that delivered was a success: a later break starts afresh
+                    streak = 0
+                    backoff.reset()
                 if is_expired(exc):
                     log.info("%s informer: resourceVersion expired, listing again", self.kind)
                     continue  # nothing is wrong with the server: list again at once
@@ -194,6 +200,7 @@ class Informer:
         # aclosing: a cancelled informer closes its streaming response now, not when it is collected.
         async with contextlib.aclosing(stream) as events:  # type: ignore[type-var]
             async for kind, obj in events:
+                self._events += 1
                 self.apply(kind, obj)
                 # Bookmarks included: the newest version the cache is whole at, where a resumed watch starts.
                 self._version = str((obj.get("metadata") or {}).get("resourceVersion") or self._version)

@@ -13,7 +13,8 @@ their CRD is installed) and PDBs still go to the API server. An idle upgrade pas
 A change wakes the work keys that read it (one writer, one reader per fact):
 
 - ConfigMaps and Secrets: the policy reconciler (a ConfigMap a policy names may appear later, or
-  gain or lose a key; a change of values only wakes nobody);
+  gain or lose a key; a change of values only wakes nobody); the driver rollout's ConfigMap also the
+  upgrade controller (``gpu-operator upgrade rollback`` annotates it);
 - policies and NVIDIADrivers: both keys (the reconciler renders them; the upgrade controller reads the
   policies' upgrade knobs); a ClusterPolicy change of its status only (the operator's own writes) wakes
   nobody: no pass reads a status it did not write, and re-reading it would be a pass that does nothing;
@@ -133,6 +134,12 @@ def operator_informers(
         if old is None or new is None or any(_is_driver(obj) for obj in (old, new)):
             wake_upgrade()
 
+    def config_changed(old: JSON | None, new: JSON | None) -> None:
+        wake_reconciler()
+        # `gpu-operator upgrade rollback` annotates the rollout's ConfigMap: the upgrade controller takes it.
+        if any((obj or {}).get("metadata", {}).get("name") == keys.DRIVER_ROLLOUT_CONFIGMAP for obj in (old, new)):
+            wake_upgrade()
+
     nodes = watching(client, "v1", "Node", transform=slim_node, on_change=node_changed)
 
     def validator_changed(old: JSON | None, new: JSON | None) -> None:
@@ -149,7 +156,7 @@ def operator_informers(
         watching(client, "nvidia.com/v1alpha1", "NVIDIADriver", on_change=everyone),
         nodes,
         watching(client, "apps/v1", "DaemonSet", namespace=namespace, on_change=daemonset_changed),
-        watching(client, "v1", "ConfigMap", namespace=namespace, transform=slim_config_map, on_change=reconciler),
+        watching(client, "v1", "ConfigMap", namespace=namespace, transform=slim_config_map, on_change=config_changed),
         watching(client, "v1", "Secret", namespace=namespace, transform=slim_metadata, on_change=reconciler),
         watching(client, "apps/v1", "ControllerRevision", namespace=namespace, labels=DRIVER_SELECTOR,
                  on_change=upgrades),

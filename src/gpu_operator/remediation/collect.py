@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gpu_operator.agents.deviceplugin.healthreport import UNHEALTHY_REASON
@@ -86,7 +86,7 @@ def slim_event(event: JSON) -> JSON:
     return {"metadata": {k: meta[k] for k in ("name", "namespace", "creationTimestamp") if k in meta}, **picked}
 
 
-def node_view(node: Mapping[str, Any], pods: Sequence[JSON] = ()) -> NodeView:
+def node_view(node: Mapping[str, Any], pods: Sequence[JSON] = (), *, pods_known: bool = True) -> NodeView:
     meta = node.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     return NodeView(
@@ -96,29 +96,62 @@ def node_view(node: Mapping[str, Any], pods: Sequence[JSON] = ()) -> NodeView:
         boot_id=str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")),
         upgrade_state=str((meta.get("labels") or {}).get(keys.UPGRADE_STATE, "")),
         pods=tuple(pod_view(p) for p in pods),
+        pods_known=pods_known,
     )
 
 
-def candidates(nodes: Sequence[Mapping[str, Any]], signals: Sequence[Signal], *, since: float) -> set[str]:
-    """Nodes whose pods the plan may evict: in remediation, or with an XID newer than ``since``."""
-    out = {s.node for s in signals if s.at > since}
+def candidates(
+    nodes: Sequence[Mapping[str, Any]],
+    signals: Sequence[Signal],
+    *,
+    since: float,
+    acts: Callable[[int], bool],
+    entering: int,
+) -> set[str]:
+    """Nodes whose pods the plan may evict: those in remediation, and the first ``entering`` by name (the
+    order the planner admits them in) with an XID newer than ``since`` and than the node's watermark that
+    leads to an action. The breaker lets no more in during one pass, so during a storm over a thousand
+    nodes a pass lists the pods of a few, not of every node with an XID."""
+    out: set[str] = set()
+    watermarks: dict[str, float] = {}
     for node in nodes:
-        if ((node.get("metadata") or {}).get("annotations") or {}).get(keys.REMEDIATION_STATE):
-            out.add(str(node["metadata"]["name"]))
-    return out
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        name = str(node["metadata"]["name"])
+        if annotations.get(keys.REMEDIATION_STATE):
+            out.add(name)
+        else:
+            watermarks[name] = max(since, m.parse_stamp(annotations.get(keys.REMEDIATION_HANDLED)) or since)
+    fresh = sorted({s.node for s in signals if s.node in watermarks and s.at > watermarks[s.node] and acts(s.xid)})
+    return out | set(fresh[: max(entering, 0)])
+
+
+#: Pod lists of one pass at a time: a pass never floods the API server, whatever the cluster's size.
+PARALLEL_LISTS = 8
 
 
 async def read_nodes(
-    kube: Kube, *, signals: Sequence[Signal], quiet_seconds: float, now: float
+    kube: Kube,
+    *,
+    signals: Sequence[Signal],
+    quiet_seconds: float,
+    now: float,
+    acts: Callable[[int], bool] = lambda xid: True,
+    limit: Callable[[int], int] = lambda gpu_nodes: gpu_nodes,
 ) -> tuple[tuple[NodeView, ...], int]:
-    """The GPU nodes (with pods for the candidates) and their count."""
+    """The GPU nodes (with pods for the candidates: ``pods_known``) and their count. ``acts`` says whether
+    an XID leads to an action; ``limit`` is the breaker's limit for a number of GPU nodes."""
     nodes = [n for n in await kube.list_objects("v1", "Node") if is_gpu_node(n)]
-    wanted = candidates(nodes, signals, since=now - quiet_seconds)
+    wanted = candidates(nodes, signals, since=now - quiet_seconds, acts=acts, entering=limit(len(nodes)))
+    gate = asyncio.Semaphore(PARALLEL_LISTS)
 
     async def pods(name: str) -> list[JSON]:
-        if name not in wanted:
-            return []
-        return await kube.list_objects("v1", "Pod", fields={"spec.nodeName": name})
+        async with gate:
+            return await kube.list_objects("v1", "Pod", fields={"spec.nodeName": name})
 
-    listed = await asyncio.gather(*(pods(str(n["metadata"]["name"])) for n in nodes))
-    return tuple(node_view(n, p) for n, p in zip(nodes, listed, strict=True)), len(nodes)
+    order = sorted(wanted)
+    listed = dict(zip(order, await asyncio.gather(*(pods(name) for name in order)), strict=True))
+    views = []
+    for node in nodes:
+        name = str(node["metadata"]["name"])
+        views.append(node_view(node, listed.get(name, ()), pods_known=name in listed))
+    return tuple(views), len(nodes)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy, ClusterPolicySpec, active_policy
+from gpu_operator.api.remediation import DEFAULT_ACTION
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.names import keys
 from gpu_operator.remediation.collect import (
@@ -129,7 +130,8 @@ async def remediation_pass(
         events = await kube.list_objects("v1", "Event", namespace=EVENT_NAMESPACE, fields=_fields())
     signals, notes = signals_and_notes(events)
     quiet = float(spec.remediation.quiet_seconds) if spec is not None else 0.0
-    nodes, count = await read_nodes(kube, signals=signals, quiet_seconds=quiet, now=now)
+    acts, limit = _entry_bounds(spec)
+    nodes, count = await read_nodes(kube, signals=signals, quiet_seconds=quiet, now=now, acts=acts, limit=limit)
     settings = settings_of(spec, gpu_nodes=count, now=now) if spec is not None else Settings()
     planned = plan(Snapshot(nodes=nodes, signals=signals, notes=notes, now=now), settings)
     applied = await execute(kube, planned.steps, nodes)
@@ -140,6 +142,22 @@ async def remediation_pass(
         if step.waiting:
             log.debug("remediation of node %s: %s", step.node, step.waiting)
     return RemediationOutcome(settings=settings, plan=planned, applied=applied)
+
+
+def _entry_bounds(spec: ClusterPolicySpec | None) -> tuple[Callable[[int], bool], Callable[[int], int]]:
+    """Whether an XID leads to an action, and how many nodes may enter remediation in one pass (a dry run
+    and no policy: none), for reading only the pods a pass may drain."""
+    if spec is None or spec.remediation.dry_run or not spec.remediation.enabled:
+        return (lambda xid: False), (lambda gpu_nodes: 0)
+    remediation, table = spec.remediation, spec.remediation.table()
+
+    def acts(xid: int) -> bool:
+        return table.get(xid, DEFAULT_ACTION) != "none"
+
+    def limit(gpu_nodes: int) -> int:
+        return remediation.node_limit(gpu_nodes=gpu_nodes)
+
+    return acts, limit
 
 
 def _fields() -> dict[str, str]:

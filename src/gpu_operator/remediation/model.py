@@ -72,6 +72,7 @@ class NodeView:
     boot_id: str = ""
     upgrade_state: str = ""  # the driver upgrade machine's state label
     pods: tuple[PodView, ...] = ()  # pods bound to the node
+    pods_known: bool = True  # the pods were read this pass (a drain never acts on an unread list)
 
     @property
     def taint(self) -> str | None:

@@ -28,6 +28,7 @@ from gpu_operator.names import keys
 from gpu_operator.names.pods import PodView
 from gpu_operator.remediation import model as m
 from gpu_operator.remediation.model import Event, NodeView, Plan, Settings, Signal, Snapshot, Step
+from gpu_operator.upgrade.drivers import GPU_DRIVER_SELECTOR
 from gpu_operator.upgrade.model import DONE as UPGRADE_DONE
 
 ACTIVE_REQUEUE = 2.0  # seconds between passes while GPU pods are being evicted
@@ -121,6 +122,10 @@ def _start(node: NodeView, signals: Sequence[Signal], p: _Pass) -> Step | None:
                    f"would {action} node {node.name} for XID {xid}")  # fmt: skip
         event = Event(reason=m.BREAKER_REASON, message=message, warning=True)
         return Step(node=node.name, event=event, action=action, xid=xid, breaker=True, waiting="circuit breaker open")
+    if _effective(action, p.settings)[0] in DRAINING and not node.pods_known:
+        # Beyond the pods read this pass: it would be drained blind (a reboot asked at once, pods inside).
+        p.waits.append(ACTIVE_REQUEUE)
+        return Step(node=node.name, waiting="its GPU pods are read on a later pass")
     p.count += 1
     return _enter(node, action, xid, p, previous=None)
 
@@ -165,6 +170,10 @@ def _changes(node: NodeView, wanted: Mapping[str, str | None]) -> dict[str, str 
     return {k: v for k, v in wanted.items() if node.annotations.get(k) != v}
 
 
+def _is_driver(pod: PodView) -> bool:
+    return all(pod.labels.get(k) == v for k, v in GPU_DRIVER_SELECTOR.items())
+
+
 def _gpu_pods(node: NodeView) -> list[PodView]:
     return [pod for pod in node.pods if pod.gpu and not pod.stays]
 
@@ -202,6 +211,10 @@ def _continue(node: NodeView, current: str, signals: Sequence[Signal], p: _Pass)
     elif current == "reset":
         requested = node.annotations.get(keys.UPGRADE_REQUESTED) == "true"
         if node.upgrade_state == UPGRADE_DONE and not requested:
+            # Only XIDs of the reloaded driver count: those of the old one while the reload waited for its
+            # window or slot would ask for a second reload that nothing new calls for.
+            reloaded = max((pod.created for pod in node.pods if _is_driver(pod)), default=since)
+            new = [s for s in new if s.at > reloaded]
             if not new:
                 return _release(node, "the driver was reloaded (GPU reset) and no XID came since", p)
             wanted = {keys.REMEDIATION_SINCE: m.stamp(p.snapshot.now), keys.UPGRADE_REQUESTED: "true"}

@@ -28,6 +28,7 @@ from typing import Any
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import CanaryKnobs, NodeView, Snapshot
 from gpu_operator.upgrade.plan import needs_upgrade
+from gpu_operator.upgrade.steps import timers
 
 IDLE = ""
 CANARY = "canary"
@@ -73,6 +74,9 @@ class Rollout:
     good_driver: str = ""  # that spec.driver as JSON (without upgradePolicy): what the reconciler renders back
     canaries: tuple[str, ...] = ()
     since: float = 0.0  # when the phase began (unix seconds)
+    # When the first canary left upgrade-required (0: none yet): the canary's timeout counts from here, not
+    # from the stage's start, so a canary held by a closed maintenance window or a full slot is not late.
+    started: float = 0.0
     reason: str = ""
     rollback_requested: bool = False  # `gpu-operator upgrade rollback` asked (an annotation; not kept in data)
 
@@ -81,7 +85,7 @@ class Rollout:
         return {
             "phase": self.phase, "target": self.target, "targetVersion": self.target_version, "good": self.good,
             "goodVersion": self.good_version, "goodDriver": self.good_driver, "canaries": ",".join(self.canaries),
-            "since": f"{self.since:.3f}", "reason": self.reason,
+            "since": f"{self.since:.3f}", "started": f"{self.started:.3f}", "reason": self.reason,
         }  # fmt: skip
 
     @classmethod
@@ -89,14 +93,15 @@ class Rollout:
         d = dict(data or {})
         try:
             since = float(d.get("since") or 0.0)
+            started = float(d.get("started") or 0.0)
         except ValueError:
-            since = 0.0  # a hand-edited value: the phase starts over its timer
+            since = started = 0.0  # a hand-edited value: the phase starts over its timer
         phase = d.get("phase", "")
         return cls(
             phase=phase if phase in PHASES else IDLE, target=d.get("target", ""),
             target_version=d.get("targetVersion", ""), good=d.get("good", ""), good_version=d.get("goodVersion", ""),
             good_driver=d.get("goodDriver", ""), canaries=tuple(n for n in d.get("canaries", "").split(",") if n),
-            since=since, reason=d.get("reason", ""), rollback_requested=rollback_requested,
+            since=since, started=started, reason=d.get("reason", ""), rollback_requested=rollback_requested,
         )  # fmt: skip
 
     def rendered_driver(self, *, target: str) -> dict[str, Any] | None:
@@ -146,8 +151,10 @@ def _on(node: NodeView | None, digest: str) -> bool:
 
 
 def settled(snapshot: Snapshot, digest: str) -> bool:
-    """Every node with a driver pod runs the driver of ``digest`` and none is mid-upgrade."""
-    nodes = [n for n in snapshot.nodes if n.driver is not None or n.state]
+    """Every node with a driver pod runs the driver of ``digest`` and none is mid-upgrade. Nodes that
+    cannot get there are not waited for: one labelled to skip upgrades, or a Node not Ready (else one
+    down node would keep a rollout from ever completing, and its driver from becoming the good one)."""
+    nodes = [n for n in snapshot.nodes if (n.driver is not None or n.state) and not n.skipped and n.ready]
     return bool(nodes) and all(_on(n, digest) and not needs_upgrade(n) for n in nodes)
 
 
@@ -156,8 +163,10 @@ def pick(snapshot: Snapshot, knobs: CanaryKnobs) -> tuple[str, ...]:
     if knobs.names:
         present = {n.name for n in snapshot.nodes if n.driver is not None}
         return tuple(n for n in knobs.names if n in present)
-    ready = sorted(n.name for n in snapshot.nodes if needs_upgrade(n) and not n.skipped and n.ready)
-    return tuple(ready[: knobs.count])
+    # Healthy nodes first: one left failed by an earlier rollout would say more about that than about this one.
+    ready = sorted((n.state == m.FAILED, n.name) for n in snapshot.nodes
+                   if needs_upgrade(n) and not n.skipped and n.ready)  # fmt: skip
+    return tuple(name for _, name in ready[: knobs.count])
 
 
 class _Change:
@@ -196,7 +205,12 @@ def advance(
             return c.decide(allowed=frozenset(r.canaries), hold=f"rolling back: {r.reason}")
         return c.decide()
     if r.phase in (CANARY, SOAKING, PROCEEDING, HALTED, *ROLLBACK_PHASES) and r.target != target.digest:
-        # spec.driver changed under way: back to idle, where a new change starts a new canary stage
+        # spec.driver changed under way: back to idle, where a new change starts a new canary stage. Past the
+        # canary stage some nodes run the last good driver and some the passed one: neither is what every node
+        # runs, so nothing is kept to roll back to and the new driver rolls without a canary stage (returning
+        # canaries to a driver the others left would leave the fleet split for good).
+        if r.phase == PROCEEDING:
+            r = dataclasses.replace(r, good="", good_version="", good_driver="")
         c.rollout = dataclasses.replace(r, phase=IDLE, canaries=(), reason="", since=c.now)
     elif knobs is None and r.phase in (CANARY, SOAKING, HALTED):
         c.rollout = dataclasses.replace(r, phase=IDLE, canaries=(), reason="", since=c.now)  # canary switched off
@@ -221,16 +235,33 @@ def _idle(c: _Change, *, snapshot: Snapshot, knobs: CanaryKnobs | None, target: 
     if not canaries:
         return c.decide()
     c.to(CANARY, f"driver {target.version or target.digest} goes to canaries {', '.join(canaries)} first",
-         target=target.digest, target_version=target.version, canaries=canaries, reason="")  # fmt: skip
+         target=target.digest, target_version=target.version, canaries=canaries, reason="", started=0.0)  # fmt: skip
     return _canary(c, snapshot=snapshot, knobs=knobs, target=target, facts=facts)
 
 
-def _failure(node: NodeView | None) -> str:
-    if node is None:
+def _failure(node: NodeView | None, *, target: str, since: float) -> str:
+    """Why a canary failed in this stage ("" if it did not). A node left failed by an earlier rollout is
+    not this driver's failure: the upgrade machine tries it again (still cordoned) once admitted."""
+    if node is None or node.state != m.FAILED:
         return ""
-    if node.state == m.FAILED:
-        return node.annotations.get(node.keys.failure, "upgrade failed")
-    return ""
+    d = node.driver
+    failed_on_target = d is not None and d.in_sync and not d.orphan and d.spec_digest == target
+    started = []
+    for key in timers(node.keys):
+        try:
+            started.append(float(node.annotations[key]))
+        except (KeyError, ValueError):
+            continue
+    if not failed_on_target and max(started, default=0.0) < since:
+        return ""
+    return node.annotations.get(node.keys.failure, "upgrade failed")
+
+
+def _under_way(node: NodeView | None, digest: str) -> bool:
+    """The canary's upgrade has begun: it left upgrade-required (or already runs the target)."""
+    if node is None:
+        return False
+    return node.state not in (m.UNKNOWN, m.DONE, m.REQUIRED) or _on(node, digest)
 
 
 def _where(node: NodeView | None) -> str:
@@ -257,11 +288,13 @@ def _canary(c: _Change, *, snapshot: Snapshot, knobs: CanaryKnobs | None, target
     r = c.rollout
     views = {n.name: n for n in snapshot.nodes}
     for name in r.canaries:
-        why = _failure(views.get(name))
+        why = _failure(views.get(name), target=target.digest, since=r.since)
         if why:
             return _halt(c, knobs=knobs, why=f"canary {name}: {why}")
     late = [n for n in r.canaries if not _on(views.get(n), target.digest)]
-    if late and c.now - r.since >= knobs.timeout_seconds:
+    if not r.started and any(_under_way(views.get(n), target.digest) for n in r.canaries):
+        c.rollout = r = dataclasses.replace(r, started=c.now)
+    if late and r.started and c.now - r.started >= knobs.timeout_seconds:
         return _halt(c, knobs=knobs, why=f"canary {late[0]} did not run driver {r.target_version} validated within "
                      f"{knobs.timeout_seconds:g} s ({_where(views.get(late[0]))})")  # fmt: skip
     if not late:
@@ -278,7 +311,8 @@ def _gate_failures(c: _Change, *, snapshot: Snapshot, knobs: CanaryKnobs, target
         if node is None:
             continue  # a canary node removed from the cluster has nothing left to show
         if not _on(node, target.digest):
-            return f"canary {name}: {_failure(node) or 'its driver pod is no longer Ready and up to date'}"
+            why = _failure(node, target=target.digest, since=0.0)
+            return f"canary {name}: {why or 'its driver pod is no longer Ready and up to date'}"
         if facts.validators.get(name) is False:
             return f"canary {name}: the validator pod is not Ready"
         if knobs.xid_gate and facts.xids.get(name):
@@ -295,9 +329,13 @@ def _soaking(
     assert knobs is not None
     r = c.rollout
     why = _gate_failures(c, snapshot=snapshot, knobs=knobs, target=target, facts=facts)
+    present = {n.name for n in snapshot.nodes}
+    if not why and not any(n in present for n in r.canaries):
+        why = f"every canary ({', '.join(r.canaries)}) left the cluster during the soak"
     if why:
         return _halt(c, knobs=knobs, why=why)
-    probes = r.canaries if knobs.probe is not None else ()
+    # A canary removed meanwhile (an autoscaler) has nothing left to show: its probe is not waited for.
+    probes = tuple(n for n in r.canaries if n in present) if knobs.probe is not None else ()
     left = r.since + knobs.soak_seconds - snapshot.now
     hold = f"canary stage: {', '.join(r.canaries)} soaking"
     if left > 0:

@@ -315,6 +315,12 @@ def _validation(work: Work, _slots: list[int]) -> bool:
         work.wait("reading the validator pods on the node")
         return False
     driver = work.node.driver
+    if driver is not None and (not driver.in_sync or driver.orphan) and not driver.terminating:
+        # The driver changed while its predecessor was being validated (a canary rolled back from a driver
+        # that fails validation): the node is still cordoned and drained, so the new driver pod comes at
+        # once instead of after the validation timeout.
+        work.move(m.POD_RESTART, "the driver changed during validation: restarting the driver pod")
+        return True
     born = driver.created if driver is not None else 0.0
     # A validator pod older than the driver pod validated the old driver: it does not count, and it
     # is restarted so that its checks run against the new driver.
@@ -357,7 +363,13 @@ def _failed(work: Work, _slots: list[int]) -> bool:
         return True
     if driver is not None and not driver.in_sync and not driver.orphan and not driver.terminating and _new_pod(work):
         # The new driver failed and the driver changed since (a fixed spec.driver, or a canary rollout rolling
-        # back): the node, still cordoned, upgrades again to it. Its slot was never given back.
+        # back): the node, still cordoned, upgrades again to it. Its slot was never given back. A canary
+        # stage decides when: a node it does not admit waits (it must not get a driver before its canaries).
+        admit = work.knobs.admit
+        if admit is not None and work.node.name not in admit:
+            failure = work.node.annotations.get(work.keys.failure, "upgrade failed")
+            work.wait(f"{failure}; the changed driver comes later ({work.knobs.admit_hold or 'canary stage'})")
+            return False
         work.annotate(work.keys.failure, None)
         work.move(m.CORDON, "the driver changed since the upgrade failed: upgrading again")
         return True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -94,6 +95,19 @@ def _on_nodes(pods: Sequence[JSON], nodes: set[str]) -> dict[str, bool]:
     return out
 
 
+def probe_key(rollout: Rollout) -> str:
+    """The probe Jobs' label value: the target and the soak's start. Jobs of an earlier soak of the same
+    driver (kept an hour after they finish) are not this soak's: their result says nothing now."""
+    return f"{rollout.target}-{int(rollout.since)}"
+
+
+def probe_name(*, node: str, key: str) -> str:
+    """A probe Job's name: readable, and unique per node however long and alike the node names are (a
+    hash of the whole name; Job names are at most 63 characters)."""
+    tag = hashlib.sha256(f"{key}/{node}".encode()).hexdigest()[:10]
+    return f"nvidia-driver-probe-{node[:30].rstrip('-.')}-{tag}"
+
+
 def _probe_state(job: JSON) -> str:
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("status") != "True":
@@ -114,7 +128,7 @@ async def gate_facts(kube: Kube, *, namespace: str, rollout: Rollout) -> GateFac
         kube.list_objects("v1", "Event", namespace=NODE_EVENTS, fields={"reason": XID_REASON}),
         kube.list_objects("v1", "Pod", namespace=namespace, labels=VALIDATOR_SELECTOR),
         kube.list_objects("v1", "Pod", namespace=namespace, labels=EXPORTER_SELECTOR),
-        kube.list_objects("batch/v1", "Job", namespace=namespace, labels={keys.CANARY_PROBE_LABEL: rollout.target}),
+        kube.list_objects("batch/v1", "Job", namespace=namespace, labels={keys.CANARY_PROBE_LABEL: probe_key(rollout)}),
     )
     xids: dict[str, str] = {}
     for event in sorted(events, key=_when):
@@ -132,7 +146,7 @@ async def gate_facts(kube: Kube, *, namespace: str, rollout: Rollout) -> GateFac
                      probes=probes)  # fmt: skip
 
 
-def probe_job(*, node: str, probe: Mapping[str, Any], target: str, namespace: str) -> JSON:
+def probe_job(*, node: str, probe: Mapping[str, Any], key: str, namespace: str) -> JSON:
     """The probe Job of one canary: pinned to the node, one try, killed after the probe's timeout."""
     container: JSON = {
         "name": "probe",
@@ -144,9 +158,9 @@ def probe_job(*, node: str, probe: Mapping[str, Any], target: str, namespace: st
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
-    for key in ("command", "args"):
-        if probe.get(key):
-            container[key] = list(probe[key])
+    for field in ("command", "args"):
+        if probe.get(field):
+            container[field] = list(probe[field])
     if probe.get("imagePullPolicy"):
         container["imagePullPolicy"] = probe["imagePullPolicy"]
     gpus = int(probe.get("gpus", 1))
@@ -156,9 +170,9 @@ def probe_job(*, node: str, probe: Mapping[str, Any], target: str, namespace: st
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": f"nvidia-driver-canary-probe-{target[:8]}-{node}"[:63].rstrip("-."),
+            "name": probe_name(node=node, key=key),
             "namespace": namespace,
-            "labels": {keys.CANARY_PROBE_LABEL: target},
+            "labels": {keys.CANARY_PROBE_LABEL: key},
             "annotations": {keys.CANARY_PROBE_LABEL: node},
         },
         "spec": {
@@ -166,7 +180,7 @@ def probe_job(*, node: str, probe: Mapping[str, Any], target: str, namespace: st
             "activeDeadlineSeconds": int(probe.get("timeoutSeconds", 300)),
             "ttlSecondsAfterFinished": 3600,
             "template": {
-                "metadata": {"labels": {keys.CANARY_PROBE_LABEL: target}},
+                "metadata": {"labels": {keys.CANARY_PROBE_LABEL: key}},
                 "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [container]},
             },
         },
@@ -178,12 +192,11 @@ async def apply_probes(kube: Kube, *, namespace: str, decision: Decision, probe:
     their deadline: deleting a Job through the API would orphan its pod."""
     if probe is None or not decision.probes:
         return
-    rollout = decision.rollout
-    listed = await kube.list_objects("batch/v1", "Job", namespace=namespace,
-                                     labels={keys.CANARY_PROBE_LABEL: rollout.target})  # fmt: skip
+    key = probe_key(decision.rollout)
+    listed = await kube.list_objects("batch/v1", "Job", namespace=namespace, labels={keys.CANARY_PROBE_LABEL: key})
     have = {j["metadata"]["name"] for j in listed}
     for node in decision.probes:
-        job = probe_job(node=node, probe=probe, target=rollout.target, namespace=namespace)
+        job = probe_job(node=node, probe=probe, key=key, namespace=namespace)
         if job["metadata"]["name"] not in have:
             log.info("canary probe Job %s on %s", job["metadata"]["name"], node)
             await kube.create(job)

@@ -62,8 +62,9 @@ def read_hardware(host_root: Path) -> tuple[str, str]:
     return profile, fields.get("node", "").strip()
 
 
-def install_in_container(*, version: str, root: Path, host_root: Path, payload: Path) -> FakeDriver:
-    """Install fake driver ``version`` for the host's fake GPUs under ``root`` (the container's ``/``)."""
+def install_in_container(*, version: str, root: Path, host_root: Path, payload: Path, cuda: bool = True) -> FakeDriver:
+    """Install fake driver ``version`` for the host's fake GPUs under ``root`` (the container's ``/``);
+    ``cuda=False``: a broken driver without its CUDA library (``install.install``)."""
     if not version:
         raise FakeDriverError("no driver version to install")
     profile_name, node_name = read_hardware(host_root)
@@ -75,7 +76,7 @@ def install_in_container(*, version: str, root: Path, host_root: Path, payload: 
     for old in (root / "lib" / "firmware" / "nvidia").glob("*/fake-nvml.conf"):
         if old.parent.name != version:  # a reinstall of another version replaces the old description
             shutil.rmtree(old.parent, ignore_errors=True)
-    return install(root=root, build=build, profile=profile, node_name=node_name)
+    return install(root=root, build=build, profile=profile, node_name=node_name, cuda=cuda)
 
 
 def _module_dir(host_root: Path, module: str) -> Path:

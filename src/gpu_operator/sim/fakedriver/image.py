@@ -27,7 +27,7 @@ RUNFILE_DIR = "drivers"
 
 _RUNFILE = """#!/bin/sh
 # The fake NVIDIA driver's installer (gpu-operator sim fake-driver): no kernel module is built.
-exec gpu-operator sim fake-driver install --version {version} "$@"
+exec gpu-operator sim fake-driver install --version {version}{flags} "$@"
 """
 _TOOL = """#!/bin/sh
 # {name} of the fake kernel (gpu-operator sim fake-driver): this node's kernel loads no modules.
@@ -56,15 +56,18 @@ def _executable(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
-def layer_tree(tree: Path, *, build: FakeDriverBuild, versions: Sequence[str]) -> None:
-    """The files the fake driver image adds to the operator's image, under ``tree``."""
+def layer_tree(tree: Path, *, build: FakeDriverBuild, versions: Sequence[str], broken: Sequence[str] = ()) -> None:
+    """The files the fake driver image adds to the operator's image, under ``tree``; the ``broken``
+    versions install without their CUDA library (the driver loads, its validation fails)."""
     payload = tree / PAYLOAD_DIR.lstrip("/")
     payload.mkdir(parents=True)
     for source in (build.library, build.cuda, build.smi, build.mps_control):
         shutil.copyfile(source, payload / source.name)
         (payload / source.name).chmod(0o755)
     for version in versions:
-        _executable(tree / RUNFILE_DIR / f"NVIDIA-Linux-x86_64-{version}.run", _RUNFILE.format(version=version))
+        flags = " --without-cuda" if version in broken else ""
+        _executable(tree / RUNFILE_DIR / f"NVIDIA-Linux-x86_64-{version}.run",
+                    _RUNFILE.format(version=version, flags=flags))  # fmt: skip
     for name in ("modprobe", "rmmod"):
         _executable(tree / "usr" / "local" / "sbin" / name, _TOOL.format(name=name))
     # What NVIDIA's contract runs (`nvidia-driver init`); our driver agent ignores it.
@@ -72,15 +75,24 @@ def layer_tree(tree: Path, *, build: FakeDriverBuild, versions: Sequence[str]) -
 
 
 def build_driver_image(
-    *, base: Path, build: FakeDriverBuild, versions: Sequence[str], os_tag: str, output: Path
+    *,
+    base: Path,
+    build: FakeDriverBuild,
+    versions: Sequence[str],
+    os_tag: str,
+    output: Path,
+    broken: Sequence[str] = (),
 ) -> DriverImage:
-    """The fake driver image of ``versions`` on top of the operator image archive ``base``."""
+    """The fake driver image of ``versions`` on top of the operator image archive ``base``; the
+    ``broken`` ones (also in ``versions``) install a driver whose validation fails (no CUDA library)."""
     if not versions:
         raise ValueError("the fake driver image needs at least one driver version")
+    if unknown := set(broken) - set(versions):
+        raise ValueError(f"broken driver versions {sorted(unknown)} are not among the image's versions")
     references = tuple(reference(version=v, os_tag=os_tag) for v in versions)
     with tempfile.TemporaryDirectory(prefix="fake-driver-layer-") as scratch:
         tree = Path(scratch)
-        layer_tree(tree, build=build, versions=versions)
+        layer_tree(tree, build=build, versions=versions, broken=broken)
         digest = extend_image(
             base=base,
             layer=Layer(root=tree, comment="the fake NVIDIA driver: installer, payload, module tools"),

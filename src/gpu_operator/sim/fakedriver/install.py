@@ -160,16 +160,23 @@ def make_device_nodes(*, root: Path, minors: tuple[int, ...], mig_minors: tuple[
 
 
 def install(
-    *, root: Path, build: FakeDriverBuild, profile: NodeProfile, node_name: str = "", seed: int = 0
+    *, root: Path, build: FakeDriverBuild, profile: NodeProfile, node_name: str = "", seed: int = 0, cuda: bool = True
 ) -> FakeDriver:
     """Install the fake driver of ``profile`` under ``root`` (the node's driver root, e.g. its
-    ``/run/nvidia/driver``); GPU identities follow ``SimulatedBackend(profile, seed, node_name)``."""
+    ``/run/nvidia/driver``); GPU identities follow ``SimulatedBackend(profile, seed, node_name)``.
+    ``cuda=False`` installs a broken driver without its CUDA library: it loads and ``nvidia-smi``
+    answers, but the validator's CUDA check fails (a bad driver only validation catches)."""
     driver = FakeDriver.describe(root=root, profile=profile, node_name=node_name, seed=seed)
     libdir = root / LIBRARY_DIR
     libdir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(build.library, driver.library)
-    shutil.copyfile(build.cuda, driver.cuda)
-    for target, links in ((driver.library, ("libnvidia-ml.so.1",)), (driver.cuda, ("libcuda.so.1", "libcuda.so"))):
+    cuda_links = ("libcuda.so.1", "libcuda.so")
+    if cuda:
+        shutil.copyfile(build.cuda, driver.cuda)
+    else:  # nothing of another version's CUDA library may stand in for the missing one
+        for stale in (*libdir.glob("libcuda.so.*"), *(libdir / name for name in cuda_links)):
+            stale.unlink(missing_ok=True)
+    for target, links in ((driver.library, ("libnvidia-ml.so.1",)), (driver.cuda, cuda_links if cuda else ())):
         for name in links:  # the links ldconfig would make; CDI recreates them in each container
             (libdir / name).unlink(missing_ok=True)
             (libdir / name).symlink_to(target.name)
