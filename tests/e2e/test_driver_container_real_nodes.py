@@ -142,7 +142,8 @@ def _all_ready(kube: Client) -> bool:
 def _driver_pods(kube: Client) -> dict[str, JSON]:
     """node -> its driver pod."""
     pods = kube.list(Pod, namespace=NAMESPACE, labels={"app": DRIVER_DAEMONSET})
-    return {str(p.spec.nodeName): p.to_dict() for p in pods if p.spec}
+    # A DaemonSet's new pod is briefly unbound (the scheduler binds it): it is no node's yet.
+    return {str(p.spec.nodeName): p.to_dict() for p in pods if p.spec and p.spec.nodeName}
 
 
 def _has_gpus(kube: Client, node: str) -> bool:
