@@ -167,7 +167,7 @@ class Informer:
                 delay = min(UNREACHABLE_RETRY_SECONDS, self.retry_seconds)
             else:
                 delay = backoff.next(error)
-                if (status_code(error) or 0) >= SERVER_ERROR:
+                if error is not None and (status_code(error) or 0) >= SERVER_ERROR:
                     # The API server is up but its storage is not (etcd restarting): its own trouble, over in
                     # seconds, and an answer costs it little. Doubling to 30 s left caches 8 s behind etcd's
                     # return; a Retry-After it sends is still kept.
