@@ -155,8 +155,10 @@ def _pod_ready(pod: JSON) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def _failed_init(kube: Client, node: str, container: str) -> list[str]:
-    """How ``container``, an init container of the validator pod on ``node``, failed ("" none yet)."""
+def _failing_check(cluster: LocalCluster, kube: Client, node: str, container: str, words: str) -> list[str]:
+    """What ``container``, an init container of the validator pod on ``node``, says of its failing check:
+    its log lines naming ``words`` while it retries (the validator waits for a check to pass), or how it
+    exited. Empty while it has not failed."""
     pods = kube.list(Pod, namespace=NAMESPACE, labels={"app": "nvidia-operator-validator"},
                      fields={"spec.nodeName": node})  # fmt: skip
     out = []
@@ -168,6 +170,10 @@ def _failed_init(kube: Client, node: str, container: str) -> list[str]:
             ended = state.get("terminated") or last.get("terminated") or {}
             if ended.get("exitCode", 0) != 0:
                 out.append(f"{container} exited {ended['exitCode']}: {ended.get('message') or ended.get('reason')}")
+            elif "running" in state:
+                name = pod.metadata.name if pod.metadata else ""
+                logs = cluster.kubectl("logs", "-n", NAMESPACE, str(name), "-c", container, check=False).stdout
+                out += [line for line in logs.splitlines() if words in line]
     return out
 
 
@@ -351,7 +357,7 @@ def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_c
             if node == canary and bad and _pod_ready(pod) and not bad_driver_ready:
                 bad_driver_ready.append(pod["metadata"]["name"])
         if bad_driver_ready and not validation_failed:
-            validation_failed.extend(_failed_init(kube, canary, "cuda-validation"))
+            validation_failed.extend(_failing_check(driver_cluster, kube, canary, "cuda-validation", "libcuda"))
         phase = _rollout(kube).get("phase", "")
         if not phases or phases[-1] != phase:
             phases.append(phase)
