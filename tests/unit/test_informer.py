@@ -357,16 +357,10 @@ def test_caches_not_filled_in_time_are_reported_not_raised() -> None:
     assert asyncio.run(scenario()) is False
 
 
-def test_an_unreachable_server_is_tried_every_second_and_does_not_grow_the_backoff(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An outage must not leave the caches 30 s behind the API server's return (issue 22)."""
+def _retries(failures: list[Exception], monkeypatch: pytest.MonkeyPatch) -> tuple[Informer, list[float]]:
+    """Run an informer whose lists raise ``failures`` in turn, then succeed; its first watch ends the run.
+    Returns the informer and every delay it waited (nothing is slept)."""
     stop = asyncio.Event()
-    failures: list[Exception] = [
-        *(httpx.ConnectError("refused", request=httpx.Request("GET", "https://api.invalid/")) for _ in range(5)),
-        RuntimeError("503: starting"),
-        RuntimeError("503: starting"),
-    ]
     delays: list[float] = []
 
     async def no_wait(awaitable: Any, timeout: float) -> None:
@@ -388,6 +382,19 @@ def test_an_unreachable_server_is_tried_every_second_and_does_not_grow_the_backo
     informer, _ = _informer(retry_seconds=1.0)
     informer.client = Client()  # type: ignore[assignment]
     asyncio.run(informer.run(stop=stop))
+    return informer, delays
+
+
+def test_an_unreachable_server_is_tried_every_second_and_does_not_grow_the_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An outage must not leave the caches 30 s behind the API server's return (issue 22)."""
+    failures: list[Exception] = [
+        *(httpx.ConnectError("refused", request=httpx.Request("GET", "https://api.invalid/")) for _ in range(5)),
+        RuntimeError("503: starting"),
+        RuntimeError("503: starting"),
+    ]
+    informer, delays = _retries(failures, monkeypatch)
     # Five refused connections: 1 s each. The server's first answers start the doubling from 1 s, not 30 s;
     # the last wait is the one after the watch ended.
     assert delays == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 1.0]
@@ -397,36 +404,15 @@ def test_an_unreachable_server_is_tried_every_second_and_does_not_grow_the_backo
 def test_server_errors_while_etcd_is_away_are_retried_within_two_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     """CI saw a change reach its DaemonSet 7.6 s after an etcd restart (allowance 5 s): the caches' lists
     had failed with 5xx while etcd was away and their retry had doubled to 8 s."""
-    stop = asyncio.Event()
     request = httpx.Request("GET", "https://api.invalid/api/v1/nodes")
 
     def answer(status: int, **headers: str) -> httpx.HTTPStatusError:
         return httpx.HTTPStatusError(str(status), request=request,
                                      response=httpx.Response(status, headers=headers, request=request))  # fmt: skip
 
-    failures = [answer(500), answer(504), answer(503), answer(500), answer(500), answer(503, **{"Retry-After": "5"}),
-                answer(403), answer(403)]  # fmt: skip
-    delays: list[float] = []
-
-    async def no_wait(awaitable: Any, timeout: float) -> None:
-        delays.append(timeout)
-        awaitable.close()
-
-    class Client:
-        def list_stream(self, api_version: str, kind: str, **kw: Any) -> _Listing:
-            if failures:
-                raise failures.pop(0)
-            return _Listing([_node("n1")], version="v")
-
-        async def watch(self, api_version: str, kind: str, *, resource_version: str, **kw: Any) -> AsyncIterator[Any]:
-            stop.set()
-            return
-            yield  # an async generator
-
-    monkeypatch.setattr(asyncio, "wait_for", no_wait)
-    informer, _ = _informer(retry_seconds=1.0)
-    informer.client = Client()  # type: ignore[assignment]
-    asyncio.run(informer.run(stop=stop))
+    failures: list[Exception] = [answer(500), answer(504), answer(503), answer(500), answer(500),
+                                 answer(503, **{"Retry-After": "5"}), answer(403), answer(403)]  # fmt: skip
+    _, delays = _retries(failures, monkeypatch)
     # 5xx: 1 s, then 2 s at most; a Retry-After of 5 s is kept; a refusal (403) doubles on (64 s capped at 30).
     assert delays[:8] == [1.0, 2.0, 2.0, 2.0, 2.0, 5.0, 30.0, 30.0]
 

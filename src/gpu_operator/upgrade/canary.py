@@ -28,7 +28,7 @@ from typing import Any
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import CanaryKnobs, NodeView, Snapshot
 from gpu_operator.upgrade.plan import needs_upgrade
-from gpu_operator.upgrade.steps import timers
+from gpu_operator.upgrade.steps import timer_starts
 
 IDLE = ""
 CANARY = "canary"
@@ -246,12 +246,7 @@ def _failure(node: NodeView | None, *, target: str, since: float) -> str:
         return ""
     d = node.driver
     failed_on_target = d is not None and d.in_sync and not d.orphan and d.spec_digest == target
-    started = []
-    for key in timers(node.keys):
-        try:
-            started.append(float(node.annotations[key]))
-        except (KeyError, ValueError):
-            continue
+    started = timer_starts(node.annotations, node.keys)
     if not failed_on_target and max(started, default=0.0) < since:
         return ""
     return node.annotations.get(node.keys.failure, "upgrade failed")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from gpu_operator.names.keys import UpgradeKeys
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import Knobs, NodeView, Snapshot
-from gpu_operator.upgrade.steps import Step, Work, node_pods_to_drain, pods_to_delete, timers
+from gpu_operator.upgrade.steps import Step, Work, node_pods_to_drain, pods_to_delete, timer_starts, timers
 
 #: No node walks more states than this in one pass (a guard: the machine has no cycles within a pass).
 MAX_CHAIN = len(m.STATES)
@@ -380,12 +380,7 @@ def _failed(work: Work, _slots: list[int]) -> bool:
 def _new_pod(work: Work) -> bool:
     """Whether the node's driver pod was created during its upgrade (after its first timer started): the
     failed pod is the new driver's, not the old one the upgrade never got to replace."""
-    started = []
-    for key in timers(work.keys):
-        try:
-            started.append(float(work.node.annotations[key]))
-        except (KeyError, ValueError):
-            continue
+    started = timer_starts(work.node.annotations, work.keys)
     driver = work.node.driver
     return driver is not None and bool(started) and driver.created >= min(started)
 

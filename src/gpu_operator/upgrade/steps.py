@@ -25,6 +25,17 @@ def timers(keys: UpgradeKeys) -> tuple[str, ...]:
     return (keys.wait_start, keys.validation_start, keys.deletion_start, keys.drain_start)
 
 
+def timer_starts(annotations: Mapping[str, str], keys: UpgradeKeys) -> list[float]:
+    """The start times (unix seconds) of the node's upgrade timers that are set and readable."""
+    started = []
+    for key in timers(keys):
+        try:
+            started.append(float(annotations[key]))
+        except (KeyError, ValueError):
+            continue
+    return started
+
+
 def bookkeeping(keys: UpgradeKeys) -> tuple[str, ...]:
     """Annotations that describe one upgrade; all go when the node reaches upgrade-done."""
     return (*timers(keys), keys.failure, keys.initial_unschedulable, keys.requested)
