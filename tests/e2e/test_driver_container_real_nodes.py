@@ -331,8 +331,14 @@ def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_c
         return states == {m.DONE} and policy_state(kube) == "ready"
 
     wait_for(settled, timeout=180, describe="both nodes upgrade-done and the policy ready")
-    good = wait_for(lambda: json.loads(_rollout(kube).get("goodDriver") or "{}").get("version"), timeout=60,
-                    describe="the running driver kept as the last good one")  # fmt: skip
+    def running_good() -> str | None:
+        # The controller records the last good driver on the pass after the nodes settle: until then the
+        # rollout may still name the driver before the last upgrade.
+        version = json.loads(_rollout(kube).get("goodDriver") or "{}").get("version")
+        images = {p["spec"]["containers"][0]["image"] for p in _driver_pods(kube).values()}
+        return version if version and images == {reference(version=version, os_tag=host_os_tag())} else None
+
+    good = wait_for(running_good, timeout=120, describe="the running driver kept as the last good one")
     before = {n: (p["metadata"]["uid"], p["spec"]["containers"][0]["image"]) for n, p in _driver_pods(kube).items()}
     assert before[canary][1] == before[other][1] == reference(version=good, os_tag=host_os_tag())
     began = time.monotonic()
