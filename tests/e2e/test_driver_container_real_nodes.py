@@ -331,6 +331,7 @@ def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_c
         return states == {m.DONE} and policy_state(kube) == "ready"
 
     wait_for(settled, timeout=180, describe="both nodes upgrade-done and the policy ready")
+
     def running_good() -> str | None:
         # The controller records the last good driver on the pass after the nodes settle: until then the
         # rollout may still name the driver before the last upgrade.
