@@ -8,10 +8,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-$(STAMP): pyproject.toml
+# Every package comes from requirements-dev.lock, hashes checked, so a fresh machine runs what CI ran;
+# the project itself is then installed in place without resolving anything (hack/lock-dev.sh re-pins).
+$(STAMP): pyproject.toml requirements-dev.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-dev.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
 .PHONY: help
@@ -101,6 +103,10 @@ demo: $(STAMP) kube-bin ## The main job: the operator on an embedded local clust
 .PHONY: image
 image: $(STAMP) ## Build the image as build/image/gpu-operator.oci.tar without a container engine (hack/image/build.py)
 	$(BIN)/python hack/image/build.py
+
+.PHONY: lock
+lock: ## Re-pin the development environment (requirements-dev.lock) after a dependency change
+	bash hack/lock-dev.sh
 
 .PHONY: image-lock
 image-lock: $(STAMP) ## Re-pin the image's Debian packages and Python wheels (hack/image/*.lock)
