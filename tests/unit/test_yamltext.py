@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_operator.api.yamltext import YamlError, load_all, load_one
+from gpu_operator.api.yamltext import MAX_CHARS, YamlError, load_all, load_one
 
 
 def test_dates_are_strings_as_kubernetes_reads_them() -> None:
@@ -31,3 +31,65 @@ def test_one_document_is_expected_where_one_is_read() -> None:
     assert load_one("", source="s") is None
     with pytest.raises(YamlError, match="s: holds 2 YAML documents where one is expected"):
         load_one("a: 1\n---\nb: 2\n", source="s")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: 1\nb: 2\na: 3\n", "in.yaml:3:1: invalid YAML: duplicate key 'a' (first at line 1)"),
+        ('{"a": 1, "a": 2}', "in.yaml:1:10: invalid YAML: duplicate key 'a' (first at line 1)"),
+        ("x:\n  k: 1\n  k: 1\n", "in.yaml:3:3: invalid YAML: duplicate key 'k' (first at line 2)"),
+    ],
+)
+def test_duplicate_keys_are_refused_naming_the_key_and_both_lines(text: str, message: str) -> None:
+    with pytest.raises(YamlError) as raised:
+        load_all(text, source="in.yaml")
+    assert str(raised.value) == message
+
+
+def test_aliases_are_refused_where_they_appear_and_never_expanded() -> None:
+    # Nine levels of ten aliases each: a billion leaves if expanded.
+    lines = ['a0: &a0 ["lol"]'] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    with pytest.raises(YamlError) as raised:
+        load_all("\n".join(lines) + "\n", source="laughs.yaml")
+    assert str(raised.value) == "laughs.yaml:2:10: invalid YAML: alias *a0 is not allowed (write the value out)"
+    with pytest.raises(YamlError, match=r"^in.yaml:2:9: invalid YAML: alias \*x is not allowed"):
+        load_one("a: &x {b: 1}\nc: {<<: *x}\n", source="in.yaml")
+
+
+def test_an_anchor_without_an_alias_and_a_written_out_merge_are_read() -> None:
+    assert load_one("a: &x {b: 1}\nc:\n  <<: {d: 2}\n  e: 3\n", source="s") == {"a": {"b": 1}, "c": {"d": 2, "e": 3}}
+
+
+@pytest.mark.parametrize("key", ["on", "Off", "yes", "NO", "true", "y", "N"])
+def test_yaml_1_1_boolean_keys_are_refused_with_a_hint_to_quote_them(key: str) -> None:
+    with pytest.raises(YamlError) as raised:
+        load_one(f"spec:\n  {key}: 1\n", source="in.yaml")
+    assert str(raised.value) == (
+        f"in.yaml:2:3: invalid YAML: key {key!r} is read as a boolean (YAML 1.1); "
+        f"quote it ('{key}') if a string is meant"
+    )
+    assert load_one(f"spec:\n  '{key}': 1\n", source="in.yaml") == {"spec": {key: 1}}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1: a\n", "in.yaml:1:1: invalid YAML: key '1' is read as int, not a string; quote it"),
+        ("~: a\n", "in.yaml:1:1: invalid YAML: key '~' is read as null, not a string; quote it"),
+        ("1.5: a\n", "in.yaml:1:1: invalid YAML: key '1.5' is read as float, not a string; quote it"),
+        ("? [a]\n: b\n", "in.yaml:1:3: invalid YAML: a mapping key must be a string, not a collection"),
+    ],
+)
+def test_non_string_keys_are_refused(text: str, message: str) -> None:
+    with pytest.raises(YamlError) as raised:
+        load_all(text, source="in.yaml")
+    assert str(raised.value) == message
+
+
+def test_text_over_the_size_bound_is_refused_unread() -> None:
+    with pytest.raises(YamlError, match=r"^big.yaml: too large: 11 characters, at most 10 are read$"):
+        load_one("a: 12345678", source="big.yaml", max_chars=10)
+    with pytest.raises(YamlError, match=r"^big.yaml: too large: "):
+        load_all("#" * (MAX_CHARS + 1), source="big.yaml")
+    assert load_one("a: 123456", source="ok.yaml", max_chars=10) == {"a": 123456}

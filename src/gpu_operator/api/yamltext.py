@@ -1,10 +1,23 @@
 """Reading YAML someone wrote, as Kubernetes reads it: every failure one error naming the source and line.
 
-PyYAML's safe loader raises more than ``YAMLError`` on text it tokenises fine: ``2020-13-01`` is read
-as a timestamp and ends in ``ValueError`` (month must be in 1..12), ``!!int x`` in ``ValueError``, a
-structure nested thousands deep in ``RecursionError``. Kubernetes reads YAML 1.2's core schema, where a
-date is a plain string, so this loader knows no timestamps at all (``2020-01-01`` stays a
-string, as ``kubectl`` would send it) and turns every other failure into :class:`YamlError`.
+This is the one loader the validator, the CLI and the agents use for text a person wrote. It is
+stricter than PyYAML's safe loader where that loader would silently read something else than the
+writer meant, or could be made to use unbounded memory:
+
+* **No timestamps.** Kubernetes reads YAML 1.2's core schema, where a date is a plain string, so
+  ``2020-01-01`` stays a string (as ``kubectl`` would send it); ``2020-13-01`` is not a ``ValueError``.
+* **No duplicate keys.** PyYAML keeps the last of two equal keys; the API server's strict decoding
+  refuses them. The error names the key and both lines.
+* **No aliases.** ``*name`` is refused where it appears (anchors alone are harmless). Aliases let a
+  few hundred bytes expand to gigabytes ("billion laughs") and Kubernetes manifests, plugin and MIG
+  configs have no use for them; refusing outright is simpler and safer than counting expansions.
+* **Keys are strings.** A plain ``on:``, ``yes:``, ``y:`` (YAML 1.1 booleans, which PyYAML or older
+  Kubernetes readers resolve to ``true``/``false``) is refused with a hint to quote it; so are other
+  non-string keys (``1:``, ``~:``, ``? [a]``), which no caller of this module wants.
+* **Bounded size.** Text longer than ``max_chars`` (default :data:`MAX_CHARS`) is refused unread.
+
+Every other failure PyYAML raises (``!!int x`` is a ``ValueError``, deep nesting a ``RecursionError``)
+becomes :class:`YamlError` too, one line: ``source:line:col: ...``.
 """
 
 from __future__ import annotations
@@ -12,12 +25,65 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_STR = "tag:yaml.org,2002:str"
+_BOOL = "tag:yaml.org,2002:bool"
+_MERGE = "tag:yaml.org,2002:merge"
+
+# Plain keys YAML 1.1 (and go-yaml v2, behind older kubectl) reads as booleans though PyYAML does not.
+_YAML11_Y_N = frozenset({"y", "Y", "n", "N"})
+
+#: The most characters read by default: far above any manifest or config (the API server takes 3 MiB).
+MAX_CHARS = 4 * 1024 * 1024
 
 
 class _Loader(yaml.SafeLoader):
-    """The safe loader without implicit timestamps."""
+    """The safe loader without implicit timestamps, aliases, duplicate or non-string keys."""
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            # Refused before PyYAML looks the anchor up: an alias is never expanded, however often used.
+            raise ComposerError(
+                None, None, f"alias *{event.anchor} is not allowed (write the value out)", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[str, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE:
+                continue
+            key = _string_key(key_node)
+            if key in seen:
+                raise ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {seen[key]})", key_node.start_mark
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _string_key(node: Node) -> str:
+    """The key's text, or ConstructorError when the key would not be read as a string."""
+    if not isinstance(node, ScalarNode):
+        raise ConstructorError(None, None, "a mapping key must be a string, not a collection", node.start_mark)
+    if node.tag == _BOOL or (node.style is None and node.value in _YAML11_Y_N):
+        raise ConstructorError(
+            None,
+            None,
+            f"key {node.value!r} is read as a boolean (YAML 1.1); quote it ('{node.value}') if a string is meant",
+            node.start_mark,
+        )
+    if node.tag != _STR:
+        kind = node.tag.rsplit(":", 1)[-1]
+        raise ConstructorError(
+            None, None, f"key {node.value!r} is read as {kind}, not a string; quote it", node.start_mark
+        )
+    return str(node.value)
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -37,8 +103,10 @@ def _where(exc: BaseException) -> str:
     return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
 
 
-def load_all(text: str, *, source: str) -> list[Any]:
+def load_all(text: str, *, source: str, max_chars: int = MAX_CHARS) -> list[Any]:
     """Every non-empty document in ``text``."""
+    if len(text) > max_chars:
+        raise YamlError(f"{source}: too large: {len(text)} characters, at most {max_chars} are read")
     try:
         return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc is not None]
     except yaml.YAMLError as exc:
@@ -51,9 +119,9 @@ def load_all(text: str, *, source: str) -> list[Any]:
         raise YamlError(f"{source}: invalid YAML: a value cannot be read: {exc}") from exc
 
 
-def load_one(text: str, *, source: str) -> Any:
+def load_one(text: str, *, source: str, max_chars: int = MAX_CHARS) -> Any:
     """The single document in ``text`` (None when empty); more than one is an error."""
-    docs = load_all(text, source=source)
+    docs = load_all(text, source=source, max_chars=max_chars)
     if len(docs) > 1:
         raise YamlError(f"{source}: holds {len(docs)} YAML documents where one is expected")
     return docs[0] if docs else None
