@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from gpu_operator.agents.shared import shellquote
 from gpu_operator.runtime.backoff import error_kind
 from gpu_operator.runtime.periodic import attempt
 
@@ -81,7 +82,8 @@ def driver_ready_content(*, host_driver: bool, driver_root: str, driver_root_ctr
         "NVIDIA_DEV_ROOT": dev_root,
         "DEV_ROOT_CTR_PATH": dev_ctr,
     }
-    return "".join(f"{k}={v}\n" for k, v in lines.items())
+    # Sourced by a shell: each value is quoted, so a path the user chose is carried, never run.
+    return shellquote.assignments(lines, field="driver-ready")
 
 
 def file_check(status: StatusDir, *, name: str, why: str) -> Check:

@@ -6,14 +6,20 @@ wrapper finds the low-level runtime (``runc``, else ``crun``), lets ``nvidia-cdi
 CDI devices the container asked for when the host has ``python3`` (otherwise CDI injection is left to
 the container engine, which containerd >= 1.7 and CRI-O do themselves) and ``exec``s the runtime with
 the unchanged arguments. The hook finishes the library setup inside the container root and refuses
-any path that resolves outside it. Values are baked in at install time, quoted for the shell.
+any path that resolves outside it.
+
+Values (the toolkit directory, the CDI directories, the runtime candidates, the hook's log file) come
+from the agent's environment, which ``spec.toolkit.env`` sets: they are baked in at install time as
+single-quoted assignments at the top of the script (:mod:`gpu_operator.agents.shared.shellquote`), and
+the script body, fixed text, refers to them only as ``"$nvcr_..."``; the lowercase prefixed names keep
+clear of anything exported by the runtime's environment, which the wrapper passes on to runc.
 """
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
+from gpu_operator.agents.shared import shellquote
 from gpu_operator.agents.shared.files import write_atomic
 from gpu_operator.agents.toolkit.settings import ToolkitSettings
 
@@ -24,26 +30,24 @@ _FALLBACK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _WRAPPER = """#!/bin/sh
 {header}# {name}: mode {mode}. Adds the CDI devices a container asks for, then runs the low-level runtime.
-TOOLKIT_DIR={toolkit_dir}
-MODE={mode}
-SPEC_DIRS={spec_dirs}
-runtime=''
+{values}runtime=''
 for candidate in {candidates}; do
   case "$candidate" in
     /*) if [ -x "$candidate" ]; then runtime=$candidate; break; fi ;;
-    *) found=$(PATH="$PATH:{fallback_path}" command -v "$candidate" 2>/dev/null) || found=''
+    *) found=$(PATH="$PATH:$nvcr_fallback_path" command -v "$candidate" 2>/dev/null) || found=''
        if [ -n "$found" ]; then runtime=$found; break; fi ;;
   esac
 done
 if [ -z "$runtime" ]; then
-  echo "{name}: no low-level runtime found (tried {candidates_text})" >&2
+  printf '%s: no low-level runtime found (tried %s)\\n' "$nvcr_name" "$nvcr_tried" >&2
   exit 127
 fi
 case " $* " in
   *" create "*|*" run "*)
-    python=$(PATH="$PATH:{fallback_path}" command -v python3 2>/dev/null) || python=''
-    if [ -n "$python" ] && [ -f "$TOOLKIT_DIR/{modifier}" ]; then
-      "$python" -I -S "$TOOLKIT_DIR/{modifier}" --mode "$MODE" --spec-dirs "$SPEC_DIRS" -- "$@" || exit 1
+    python=$(PATH="$PATH:$nvcr_fallback_path" command -v python3 2>/dev/null) || python=''
+    if [ -n "$python" ] && [ -f "$nvcr_toolkit_dir/$nvcr_modifier" ]; then
+      "$python" -I -S "$nvcr_toolkit_dir/$nvcr_modifier" --mode "$nvcr_mode" --spec-dirs "$nvcr_spec_dirs" -- "$@" \\
+        || exit 1
     fi ;;
 esac
 exec "$runtime" "$@"
@@ -52,8 +56,7 @@ exec "$runtime" "$@"
 _HOOK = r"""#!/bin/sh
 {header}# nvidia-cdi-hook: OCI createContainer hook; the runtime passes the container state (JSON) on stdin.
 # It runs with the explicit environment of the CDI spec (PATH only, never the image's).
-LOG={log}
-log() {{ if [ -n "$LOG" ]; then printf '%s\n' "$*" >> "$LOG" 2>/dev/null || true; fi; }}
+{values}log() {{ if [ -n "$LOG" ]; then printf '%s\n' "$*" >> "$LOG" 2>/dev/null || true; fi; }}
 log "nvidia-cdi-hook $* env: $(env | sed 's/=.*//' | sort | tr '\n' ' ')"
 state=$(cat)
 bundle=$(printf '%s' "$state" | sed -n 's/.*"bundle" *: *"\([^"]*\)".*/\1/p')
@@ -116,23 +119,38 @@ exit 0
 """
 
 
+_NAMES = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
+_MODES = ("cdi", "legacy")
+
+
 def wrapper_script(*, settings: ToolkitSettings, name: str, mode: str) -> str:
-    candidates = " ".join(shlex.quote(c) for c in settings.low_level_runtimes)
+    """The runtime wrapper ``name``; ShellValueError (naming the variable) for a value no script can carry."""
+    # The name and mode land in a comment line too: only our own fixed words may go there.
+    if name not in _NAMES or mode not in _MODES:
+        raise ValueError(f"runtime wrapper {name!r} in mode {mode!r}: not one the toolkit installs")
+    runtimes = settings.low_level_runtimes
+    field = "NVIDIA_CONTAINER_RUNTIME_RUNTIMES"
+    values = {
+        "nvcr_name": name,
+        "nvcr_mode": mode,
+        "nvcr_toolkit_dir": settings.toolkit_dir,
+        "nvcr_modifier": MODIFIER,
+        "nvcr_spec_dirs": f"/etc/cdi:{settings.cdi_dir}",
+        "nvcr_tried": ", ".join(runtimes),
+        "nvcr_fallback_path": _FALLBACK_PATH,
+    }
     return _WRAPPER.format(
         header=HEADER,
         name=name,
-        mode=shlex.quote(mode),
-        toolkit_dir=shlex.quote(settings.toolkit_dir),
-        spec_dirs=shlex.quote(f"/etc/cdi:{settings.cdi_dir}"),
-        candidates=candidates,
-        candidates_text=", ".join(settings.low_level_runtimes),
-        fallback_path=_FALLBACK_PATH,
-        modifier=MODIFIER,
+        mode=mode,
+        values=shellquote.assignments(values, field="toolkit wrapper"),
+        candidates=" ".join(shellquote.quote(c, field=field) for c in runtimes) if runtimes else "''",
     )
 
 
 def hook_script(*, settings: ToolkitSettings) -> str:
-    return _HOOK.format(header=HEADER, log=shlex.quote(settings.hook_log))
+    values = shellquote.assignments({"LOG": settings.hook_log}, field="NVIDIA_CDI_HOOK_LOG")
+    return _HOOK.format(header=HEADER, values=values)
 
 
 def files(settings: ToolkitSettings) -> dict[str, str]:

@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Any
 
+from gpu_operator.agents.shared import shellquote
 from gpu_operator.agents.toolkit.containerd import Runtime
 
 RUNTIMES = ("containerd", "crio", "docker")
@@ -123,8 +124,26 @@ class ToolkitSettings:
         return self.runtime_name if self.set_as_default else None
 
 
+#: Variables whose values the toolkit writes into the scripts it installs on the host.
+_SCRIPT_VALUES = ("ROOT", "CDI_SPEC_DIR", "NVIDIA_CONTAINER_RUNTIME_RUNTIMES", "NVIDIA_CDI_HOOK_LOG")
+
+
+def _check_script_values(env: Mapping[str, str]) -> None:
+    """Refuse, naming the variable, a value that no shell script can carry (quoting handles the rest)."""
+    for name in _SCRIPT_VALUES:
+        if name in env:
+            try:
+                shellquote.check_value(env[name], field=name)
+            except shellquote.ShellValueError as error:
+                raise SettingsError(str(error)) from error
+    # The wrapper hands the CDI directories to the modifier as one ':'-separated list.
+    if ":" in env.get("CDI_SPEC_DIR", ""):
+        raise SettingsError(f"CDI_SPEC_DIR: {env['CDI_SPEC_DIR']!r} must not contain ':' (it separates directories)")
+
+
 def settings_from_env(env: Mapping[str, str]) -> ToolkitSettings:
     """The settings for ``env`` (SettingsError naming the variable when one is unusable)."""
+    _check_script_values(env)
     runtime = (env.get("RUNTIME") or "containerd").strip()
     if runtime not in RUNTIMES:
         raise SettingsError(f"RUNTIME: expected one of {', '.join(RUNTIMES)}, got {runtime!r}")

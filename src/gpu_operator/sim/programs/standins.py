@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpu_operator.agents.programs import PROGRAMS
+from gpu_operator.agents.shared.shellquote import parse_assignments
 from gpu_operator.names.images import tag_version
 from gpu_operator.sim.programs.context import ProgramContext
 from gpu_operator.sim.programs.netstandins import NETWORK_STANDINS
@@ -96,12 +97,8 @@ def standin_name(*, container: str, command: Sequence[str], args: Sequence[str])
 
 
 def _driver_ready(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and key and not key.startswith("#"):
-            out[key] = value.strip().strip('"')
-    return out
+    # The file is sourced by a shell in the real entrypoints: read its quoted values as sh would.
+    return parse_assignments(text, field="driver-ready")
 
 
 async def _wait_file(ctx: ProgramContext, name: str) -> bool:
