@@ -95,9 +95,11 @@ def test_a_window_keeps_its_wall_clock_time_across_a_daylight_saving_change() ->
     # Summer time ends on 2026-10-25: 03:30 is UTC+2 the day before and UTC+1 that day.
     assert windows.next_open(at("2026-10-24T12:00")) == at("2026-10-25T03:30", BERLIN)
     assert at("2026-10-25T03:30", BERLIN) - at("2026-10-24T03:30", BERLIN) == 25 * 3600
-    # Summer time starts on 2026-03-29: 02:30 does not exist that day; the window opens at 03:30.
+    # Summer time starts on 2026-03-29: 02:30 does not exist that day; the window opens when the gap
+    # ends (03:00) and stays open its hour (test_windows_inputs.py has the short-window case).
     gap = WindowSchedule.parse(zone="Europe/Berlin", windows=[("30 2 * * *", "1h")])
-    assert gap.next_open(at("2026-03-28T12:00")) == at("2026-03-29T03:30", BERLIN)
+    assert gap.next_open(at("2026-03-28T12:00")) == at("2026-03-29T03:00", BERLIN)
+    assert gap.closes_at(at("2026-03-29T03:00", BERLIN)) == at("2026-03-29T04:00", BERLIN)
 
 
 def test_any_open_window_counts_and_the_next_is_the_earliest() -> None:

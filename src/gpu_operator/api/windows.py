@@ -6,6 +6,13 @@ month, day of week, or one of ``@hourly @daily @weekly @monthly @yearly``) and s
 by default), so "02:00 on Saturdays" stays 02:00 across daylight-saving changes. As in Vixie cron,
 when both day fields are restricted a day matching either one counts.
 
+Daylight-saving changes, as cronie handles them: an opening whose wall-clock time falls in a gap
+(02:30 on the night clocks go from 02:00 to 03:00) opens at the first instant after the gap (03:00)
+and stays open its whole duration from there; an opening in a repeated hour (01:30 on the night
+clocks go back from 02:00 to 01:00) opens once, at its first occurrence. Numbers in schedules and
+durations are ASCII digits only (``int()`` would also take fullwidth or Arabic-Indic digits), and a zone
+must name a zone file, not a tzdata directory such as ``America``.
+
 Pure: parsing refuses bad input with a message the offline validator puts next to the field, and
 :class:`WindowSchedule` answers "open at t?" and "next opening after t?" for an epoch time it is
 given (no clock here).
@@ -37,7 +44,7 @@ _MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
 }
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?$")
+_DURATION = re.compile(r"^(?:([0-9]+)h)?(?:([0-9]+)m)?$")
 DURATION_PATTERN = _DURATION.pattern
 HORIZON_DAYS = 5 * 366  # a schedule that names no time within this never opens (e.g. 30 February)
 
@@ -102,7 +109,7 @@ def _field(text: str, index: int) -> frozenset[int]:
             start, dash, end = span.partition("-")
             first = _number(start, index)
             last = _number(end, index) if dash else (high if step_text else first)
-        step = int(step_text) if step_text.isdigit() and int(step_text) > 0 else None
+        step = int(step_text) if _digits(step_text) and int(step_text) > 0 else None
         if step_text and step is None:
             raise ValueError(f"{name}: step {step_text!r} must be a positive number")
         if not low <= first <= last <= high:
@@ -111,9 +118,14 @@ def _field(text: str, index: int) -> frozenset[int]:
     return frozenset(out)
 
 
+def _digits(text: str) -> bool:
+    # str.isdigit() is true of fullwidth, Arabic-Indic and superscript digits too; cron reads ASCII only.
+    return text.isascii() and text.isdigit()
+
+
 def _number(text: str, index: int) -> int:
     name = _FIELDS[index][0]
-    if text.isdigit():
+    if _digits(text):
         return int(text)
     if text in _NAMES.get(index, {}):
         return _NAMES[index][text]
@@ -132,9 +144,12 @@ def parse_duration(text: str) -> dt.timedelta:
 
 
 def parse_zone(name: str) -> zoneinfo.ZoneInfo:
+    """The IANA zone ``name``, or ValueError. Besides ZoneInfoNotFoundError, ZoneInfo raises OSError for a
+    tzdata directory ("America": IsADirectoryError) or an over-long name, ValueError for a file that is
+    not a zone ("zone1970.tab") or a key that is not a normalised relative path."""
     try:
         return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as error:
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError) as error:
         raise ValueError(f"{name!r} is not an IANA time zone name (such as UTC or Europe/Berlin)") from error
 
 
@@ -176,7 +191,29 @@ class WindowSchedule:
         return dt.datetime.fromtimestamp(t, self.zone).replace(tzinfo=None)
 
     def _epoch(self, local: dt.datetime) -> float:
-        return local.replace(tzinfo=self.zone).timestamp()
+        """When wall-clock time ``local`` first occurs; in a daylight-saving gap, the gap's end."""
+        first = local.replace(tzinfo=self.zone, fold=0).timestamp()
+        if self._local(first) == local.replace(fold=0):
+            return first
+        # In a gap, fold=0 reads ``local`` with the offset before the change (an instant after the gap)
+        # and fold=1 with the one after (an instant before it): the change lies between. The first
+        # second whose wall-clock time is not before ``local`` is the gap's end.
+        low, high = int(local.replace(tzinfo=self.zone, fold=1).timestamp()), int(first)
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (low, middle) if self._local(middle) >= local else (middle, high)
+        return float(high)
+
+    def _next_start(self, cron: Cron, t: float) -> float | None:
+        """The first opening of ``cron`` at or after ``t``, in epoch seconds."""
+        local = self._local(t).replace(fold=0)
+        while (start := cron.next_start(local)) is not None:
+            opens = self._epoch(start)
+            if opens >= t:
+                return opens
+            # A wall-clock time of a repeated hour whose first occurrence is past: it opened then.
+            local = start + dt.timedelta(minutes=1)
+        return None
 
     def closes_at(self, t: float) -> float | None:
         """When a window open at ``t`` closes (per schedule, the one that opened first; the latest of those),
@@ -187,9 +224,9 @@ class WindowSchedule:
         ends = []
         for cron, length in self.windows:
             # The last opening at or before t: the first one after t - length, if it is not after t.
-            start = cron.next_start(self._local(t - length.total_seconds() + 1))
-            if start is not None and self._epoch(start) <= t:
-                ends.append(self._epoch(start) + length.total_seconds())
+            start = self._next_start(cron, t - length.total_seconds() + 1)
+            if start is not None and start <= t:
+                ends.append(start + length.total_seconds())
         return max(ends) if ends else None
 
     def is_open(self, t: float) -> bool:
@@ -199,8 +236,8 @@ class WindowSchedule:
         """``t`` when a window is open then, else the next opening (None: never again)."""
         if self.is_open(t):
             return t
-        starts = [cron.next_start(self._local(t)) for cron, _ in self.windows]
-        found = [self._epoch(s) for s in starts if s is not None]
+        starts = [self._next_start(cron, t) for cron, _ in self.windows]
+        found = [s for s in starts if s is not None]
         return min(found) if found else None
 
     def wait_reason(self, t: float) -> str:
