@@ -189,11 +189,14 @@ def load_state(path: Path) -> dict[str, Previous]:
     if not text:
         return {}
     try:
-        data: dict[str, Any] = json.loads(text)
-    except ValueError as error:
+        data: Any = json.loads(text)
+    except (ValueError, RecursionError) as error:
         raise ConfigFileError(f"{path}: not valid JSON ({error}); remove it to start afresh") from error
-    files = data.get("files", {})
-    return {str(k): dict(v) for k, v in files.items()} if isinstance(files, dict) else {}
+    files = data.get("files", {}) if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+        # Guessing what a mangled record meant could restore the wrong values into the runtime's config.
+        raise ConfigFileError(f"{path}: not a toolkit state file (files must map paths to objects); remove it")
+    return {str(k): dict(v) for k, v in files.items()}
 
 
 def save_state(path: Path, *, state: Mapping[str, Previous]) -> None:
@@ -214,7 +217,16 @@ def merge_previous(state: Mapping[str, Previous], *, new: Mapping[str, Previous]
 
 def reader(host: Callable[[str], Path]) -> Reader:
     def read(path: str) -> str | None:
-        return read_text(host(path))
+        target = host(path)
+        try:
+            return read_text(target)
+        except ConfigFileError as error:
+            # Name the file as the admin knows it (the host path), not where this container sees it.
+            message = str(error)
+            prefix = f"{target}: "
+            raise ConfigFileError(
+                f"{path}: {message[len(prefix) :]}" if message.startswith(prefix) else message
+            ) from error
 
     return read
 

@@ -22,12 +22,71 @@ from typing import Any
 from gpu_operator.agents.shared.files import ConfigFileError
 from gpu_operator.agents.toolkit.containerd import ABSENT, Previous, Runtime
 
-_DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
+#: Deeper than this is refused before decoding (Python's decoder would overflow its stack); no daemon.json
+#: comes near it, and the TOML editors refuse the same depth.
+MAX_DEPTH = 100
 
 
 class JsonEditError(ValueError):
     """The text is not a JSON object (or a path does not lead to one)."""
+
+
+def _no_constants(name: str) -> Any:
+    # Python reads NaN and Infinity; Docker (Go's encoding/json) refuses to start on them.
+    raise JsonEditError(f"not valid JSON ({name} is not a JSON value)")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Go keeps the last of two equal keys, an edit would change the first: which one Docker uses is ambiguous.
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise JsonEditError(f"the key {key!r} appears twice in one object")
+        seen[key] = value
+    return seen
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constants, object_pairs_hook=_no_duplicates)
+
+
+def _depth(text: str) -> int:
+    """How deep arrays and objects nest in ``text`` (brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _check_strings(value: Any) -> None:
+    """JsonEditError for a string holding an unpaired \\u surrogate escape (it cannot be written as UTF-8)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise JsonEditError(f"the string {item[:40]!r} holds an unpaired surrogate escape") from error
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,10 +123,13 @@ def _members(text: str, start: int) -> tuple[list[_Member], int]:
 
 def _root(text: str) -> int:
     start = _skip(text, 0)
+    if _depth(text) > MAX_DEPTH:
+        raise JsonEditError(f"nested more than {MAX_DEPTH} levels deep")
     try:
         value, end = _DECODER.raw_decode(text, start)
     except json.JSONDecodeError as error:
         raise JsonEditError(f"not valid JSON ({error})") from error
+    _check_strings(value)
     if not isinstance(value, dict):
         raise JsonEditError(f"the top level must be a JSON object, not {type(value).__name__}")
     if text[_skip(text, end) :]:
@@ -223,6 +285,9 @@ def unconfigure(text: str | None, *, path: str, names: Sequence[str], previous: 
     if text is None:
         return None
     out = _checked(text, path=path)
+    # The same shape configure needs: a file whose runtimes or features are not objects is not ours to fix.
+    _object_or_absent(out, "runtimes", path=path)
+    _object_or_absent(out, "features", path=path)
     for name in names:
         out = remove_member(out, path=["runtimes"], key=name)
     if previous.get("runtimes") == ABSENT and get(out, path=["runtimes"]) == {}:
