@@ -1,0 +1,15 @@
+"""Every bad-input case, from every module of cases."""
+
+from __future__ import annotations
+
+from tests.badinputs import policies
+from tests.badinputs.harness import Case
+
+
+def all_cases() -> list[Case]:
+    cases = [*policies.CASES]
+    ids = [c.id for c in cases]
+    dupes = {i for i in ids if ids.count(i) > 1}
+    if dupes:
+        raise ValueError(f"bad-input cases with the same id: {sorted(dupes)}")
+    return cases
