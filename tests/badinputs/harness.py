@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from click import BaseCommand
+from click import Command
 from click.testing import CliRunner
 
 #: A file entry that is made as a named pipe instead of a regular file.
@@ -138,7 +138,7 @@ def run(case: Case, root: Path) -> Verdict:
     return Verdict(case=case, line=text, cpu_s=cpu, problems=tuple(problems))
 
 
-def cli(command: BaseCommand, *args: str) -> Callable[[Path], Outcome]:
+def cli(command: Command, *args: str) -> Callable[[Path], Outcome]:
     """Run a click command with ``{dir}`` in its arguments replaced by the case's directory.
 
     A refusal is a non-zero exit with the error on stderr; what the command printed to stdout does not

@@ -171,7 +171,7 @@ def test_tls_and_basic_auth_from_a_web_config(tmp_path: Path, monkeypatch: pytes
         ),
         ("basic_auth_users:\n  u: plaintext\n", "basic_auth_users.u: expected a bcrypt hash"),
         ("- a list\n", "expected a mapping"),
-        ("a: [unclosed\n", "cannot read the web config"),
+        ("a: [unclosed\n", "invalid YAML"),
     ],
 )
 def test_invalid_web_configs(tmp_path: Path, text: str, words: str) -> None:
@@ -180,6 +180,7 @@ def test_invalid_web_configs(tmp_path: Path, text: str, words: str) -> None:
     with pytest.raises(WebConfigError, match=r".*") as caught:
         load_web_config(config)
     assert words in str(caught.value)
+    assert str(caught.value).startswith(f"{config}: "), "every error names the file"
 
 
 def test_paths_and_unloadable_certificates(tmp_path: Path) -> None:

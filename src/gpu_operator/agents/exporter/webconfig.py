@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from gpu_operator.api.yamltext import YamlError, load_one
 
 _TOP = frozenset({"tls_server_config", "basic_auth_users", "http_server_config"})
 _TLS = frozenset({"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version", "max_version"})
@@ -165,13 +165,28 @@ def load_web_config(path: Path, *, container_path: Callable[[str], Path] = Path)
     mapped with ``container_path`` (``ctx.path`` in an agent).
     """
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise WebConfigError(f"{path}: cannot read the web config: {exc}") from exc
-    top = _mapping(raw, where=str(path))
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WebConfigError(f"{path}: cannot read the web config: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise WebConfigError(f"{path}: the web config is not UTF-8 text (byte {exc.start})") from exc
+    try:
+        raw = load_one(text, source=str(path))
+    except YamlError as exc:
+        # The shared loader names the file and line, and refuses duplicate keys and aliases.
+        raise WebConfigError(str(exc)) from exc
+    try:
+        return _web_config(raw, path=path, container_path=container_path)
+    except WebConfigError as exc:
+        # Field errors name the field; the file is named once, here, for every one of them.
+        raise WebConfigError(f"{path}: {exc}") from exc
+
+
+def _web_config(raw: Any, *, path: Path, container_path: Callable[[str], Path]) -> WebConfig:
+    top = _mapping(raw, where="the web config")
     unknown = sorted(set(top) - _TOP)
     if unknown:
-        raise WebConfigError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_TOP))})")
+        raise WebConfigError(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_TOP))})")
 
     def resolve(name: str) -> Path:
         return container_path(name) if name.startswith("/") else path.parent / name
