@@ -180,7 +180,7 @@ def test_invalid_web_configs(tmp_path: Path, text: str, words: str) -> None:
     with pytest.raises(WebConfigError, match=r".*") as caught:
         load_web_config(config)
     assert words in str(caught.value)
-    assert str(caught.value).startswith(f"{config}: "), "every error names the file"
+    assert str(caught.value).startswith(f"{config}:"), "every error names the file"
 
 
 def test_paths_and_unloadable_certificates(tmp_path: Path) -> None:
