@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shlex
 import subprocess
 import threading
 import time
@@ -48,7 +49,7 @@ SUPERVISED = {"containerd": CONTAINERD_RESTART_DELAY, "kubelet": KUBELET_RESTART
 
 def in_cgroup(*, cgroup: str, argv: Sequence[str]) -> list[str]:
     """``argv`` run by a shell that first moves itself into ``cgroup`` in every hierarchy."""
-    targets = " ".join(str(h / cgroup.strip("/") / "cgroup.procs") for h in cgroups.hierarchies())
+    targets = " ".join(shlex.quote(str(h / cgroup.strip("/") / "cgroup.procs")) for h in cgroups.hierarchies())
     script = f'for f in {targets}; do echo $$ > "$f"; done; exec "$@"'
     return ["/bin/sh", "-c", script, "sh", *argv]
 

@@ -18,6 +18,7 @@ A node on this host is told apart from its neighbours by
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -304,33 +305,43 @@ def kubelet_args(*, spec: NodeSpec, binary: Path, kubeconfig: Path, config: Path
 
 
 def namespace_script(*, spec: NodeSpec) -> str:
-    """The shell script of a node's namespace holder: bind the private paths, say so, then wait."""
+    """The shell script of a node's namespace holder: bind the private paths, say so, then wait.
+
+    Every path is one quoted word: the node's root comes from the data directory the user chose."""
+    q = _quoted
     # Shared, as systemd makes a host's "/": pods' HostToContainer and Bidirectional mounts (the
     # operands' host root, the driver root) need it. Peers are this namespace's mounts only.
     lines = ["set -e", "mount --make-rshared /"]
     for host_path in PRIVATE_PATHS:
-        lines.append(f"mount --bind {spec.private(host_path)} {host_path}")
+        lines.append(f"mount --bind {q(spec.private(host_path))} {q(host_path)}")
     if spec.fake_pci:
-        lines.append(f"mount --bind {spec.fake_pci_devices} {SYS_PCI_DEVICES}")
+        lines.append(f"mount --bind {q(spec.fake_pci_devices)} {q(SYS_PCI_DEVICES)}")
     if spec.host_overlay:
         lines += _overlay_lines(spec)
     if spec.fake_kernel:
         upper, work = spec.fake_kernel_root, spec.root / "fake-kernel" / "work"
-        lines.append(f"mount -t overlay overlay -o lowerdir={SYS_MODULE},upperdir={upper},workdir={work} {SYS_MODULE}")
-        lines.append(f"mkdir -p {FAKE_KERNEL_SHARE} && mount --bind {SYS_MODULE} {FAKE_KERNEL_SHARE}")
-    lines.append(f"touch {spec.ready_file}")
+        options = q(f"lowerdir={SYS_MODULE},upperdir={upper},workdir={work}")
+        lines.append(f"mount -t overlay overlay -o {options} {q(SYS_MODULE)}")
+        lines.append(f"mkdir -p {q(FAKE_KERNEL_SHARE)} && mount --bind {q(SYS_MODULE)} {q(FAKE_KERNEL_SHARE)}")
+    lines.append(f"touch {q(spec.ready_file)}")
     lines.append("exec sleep infinity")
     return "\n".join(lines)
 
 
+def _quoted(path: str | Path) -> str:
+    return shlex.quote(str(path))
+
+
 def _overlay_lines(spec: NodeSpec) -> list[str]:
+    q = _quoted
     lines = []
     kept = spec.root / "host-overlay" / "dev-submounts"
-    lines.append(f"mkdir -p {kept} && mount --rbind /dev {kept}")
+    lines.append(f"mkdir -p {q(kept)} && mount --rbind /dev {q(kept)}")
     for host_path in OVERLAY_PATHS:
         upper = spec.host_overlay_root / host_path.lstrip("/")
         work = spec.overlay_work(host_path)
-        lines.append(f"mount -t overlay overlay -o lowerdir={host_path},upperdir={upper},workdir={work} {host_path}")
+        options = q(f"lowerdir={host_path},upperdir={upper},workdir={work}")
+        lines.append(f"mount -t overlay overlay -o {options} {q(host_path)}")
     for sub in DEV_SUBMOUNTS:
-        lines.append(f"if mountpoint -q {kept}/{sub}; then mount --rbind {kept}/{sub} /dev/{sub}; fi")
+        lines.append(f"if mountpoint -q {q(kept / sub)}; then mount --rbind {q(kept / sub)} {q('/dev/' + sub)}; fi")
     return lines

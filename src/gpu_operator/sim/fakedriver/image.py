@@ -10,6 +10,7 @@ contract: our driver agent (``implementation: agent``), or NVIDIA's ``nvidia-dri
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -67,7 +68,7 @@ def layer_tree(tree: Path, *, build: FakeDriverBuild, versions: Sequence[str], b
     for version in versions:
         flags = " --without-cuda" if version in broken else ""
         _executable(tree / RUNFILE_DIR / f"NVIDIA-Linux-x86_64-{version}.run",
-                    _RUNFILE.format(version=version, flags=flags))  # fmt: skip
+                    _RUNFILE.format(version=shlex.quote(version), flags=flags))  # fmt: skip
     for name in ("modprobe", "rmmod"):
         _executable(tree / "usr" / "local" / "sbin" / name, _TOOL.format(name=name))
     # What NVIDIA's contract runs (`nvidia-driver init`); our driver agent ignores it.
