@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.badinputs import catalog  # noqa: E402
-from tests.badinputs.harness import run  # noqa: E402
+from tests.badinputs import catalog
+from tests.badinputs.harness import run
 
 
 def main(argv: list[str]) -> int:

@@ -62,12 +62,12 @@ class Verdict:
     problems: tuple[str, ...]
 
 
-class _Hang(Exception):
+class _HangError(Exception):
     """Raised by the alarm in the entry point's frame, ending a blocked call."""
 
 
 def _alarm(_sig: int, _frame: FrameType | None) -> None:
-    raise _Hang
+    raise _HangError
 
 
 @contextmanager
@@ -114,7 +114,7 @@ def run(case: Case, root: Path) -> Verdict:
     try:
         with _hang_guard():
             outcome = case.run(root)
-    except _Hang:
+    except _HangError:
         outcome = Outcome(refused=False, text="", crash="hang")
     except Exception as exc:  # the case itself must not raise: an escaped exception is a crash
         outcome = Outcome(refused=False, text=str(exc), crash=type(exc).__name__)
@@ -149,7 +149,7 @@ def cli(command: Command, *args: str) -> Callable[[Path], Outcome]:
         argv = [a.replace("{dir}", str(root)) for a in args]
         result = CliRunner().invoke(command, argv, catch_exceptions=True)
         exc = result.exception
-        if isinstance(exc, _Hang):
+        if isinstance(exc, _HangError):
             raise exc
         if exc is not None and not isinstance(exc, SystemExit):
             return Outcome(refused=False, text=result.stderr, crash=type(exc).__name__)

@@ -54,7 +54,7 @@ HUGE = "9" * 5000  # as text: Python refuses to print or parse an int this long
 
 
 def _set(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    out = json.loads(json.dumps(doc))
+    out: dict[str, Any] = json.loads(json.dumps(doc))
     node = out
     keys = path.split(".")
     for key in keys[:-1]:
