@@ -84,3 +84,20 @@ def test_parse_assignments_reads_back_what_sh_reads(tmp_path: Path, value: str) 
     script.write_text(text + 'printf %s "$A"\n', encoding="utf-8")
     shown = subprocess.run(["/bin/sh", str(script)], capture_output=True, check=True, env={"PATH": os.defpath})
     assert shown.stdout.decode("utf-8") == value
+
+
+@pytest.mark.parametrize("unit", ["--force", "-H", "crio; reboot", "a b", "$(x)", "crio\n", ""])
+def test_a_systemd_unit_that_is_not_a_unit_name_is_refused(unit: str) -> None:
+    env = {"RUNTIME": "crio", "RUNTIME_SYSTEMD_UNIT": unit}
+    if not unit:
+        # Empty means the default unit, as upstream.
+        assert settings_from_env(env).systemd_unit == "crio"
+        return
+    with pytest.raises(SettingsError, match="RUNTIME_SYSTEMD_UNIT: not a valid systemd unit name") as caught:
+        settings_from_env(env)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("unit", ["crio", "containerd.service", "snap.docker.dockerd", "my-unit@x.service"])
+def test_systemd_unit_names_are_accepted(unit: str) -> None:
+    assert settings_from_env({"RUNTIME": "crio", "RUNTIME_SYSTEMD_UNIT": unit}).systemd_unit == unit

@@ -267,7 +267,7 @@ def signal_runtime(*, name: str, socket_path: Path, sig: signal.Signals = signal
 def systemd_restart(*, unit: str, host_root: Path, timeout: float = 120.0) -> str:
     if not (host_root / "run" / "systemd" / "system").is_dir():
         return f"systemd is not running on the host: restart {unit} yourself to load the change"
-    command = ["chroot", str(host_root), "systemctl", "restart", unit]
+    command = ["chroot", str(host_root), "systemctl", "restart", "--", unit]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:

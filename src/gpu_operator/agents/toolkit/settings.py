@@ -54,6 +54,7 @@ _DISTRIBUTIONS: Mapping[str, Mapping[str, str]] = MappingProxyType(
     }
 )
 _TEMPLATE_V3 = re.compile(r"-v3\.toml\.tmpl$")
+_UNIT = re.compile(r"[A-Za-z0-9_:@.\\][A-Za-z0-9_:@.\\-]{0,255}")  # systemd.unit(5), no leading '-'
 
 
 class SettingsError(ValueError):
@@ -176,6 +177,10 @@ def settings_from_env(env: Mapping[str, str]) -> ToolkitSettings:
     # With CDI the operator keeps runc the default and pods opt in through the RuntimeClass.
     default = _flag(env, "NVIDIA_RUNTIME_SET_AS_DEFAULT", f"{prefix}_SET_AS_DEFAULT", default=not cdi)
     low_level = tuple(x for x in (env.get("NVIDIA_CONTAINER_RUNTIME_RUNTIMES") or "runc,crun").split(",") if x)
+    unit = env.get("RUNTIME_SYSTEMD_UNIT") or defaults.get("unit", runtime)
+    # Handed to systemctl as an argument: a leading '-' would be read as an option.
+    if not _UNIT.fullmatch(unit):
+        raise SettingsError(f"RUNTIME_SYSTEMD_UNIT: not a valid systemd unit name: {unit!r}")
     return ToolkitSettings(
         runtime=runtime,
         config=config,
@@ -183,7 +188,7 @@ def settings_from_env(env: Mapping[str, str]) -> ToolkitSettings:
         drop_in_mode=mode,
         socket=_first(env, "RUNTIME_SOCKET", f"{prefix}_SOCKET") or defaults["socket"],
         restart_mode=restart,
-        systemd_unit=env.get("RUNTIME_SYSTEMD_UNIT") or defaults.get("unit", runtime),
+        systemd_unit=unit,
         root=env.get("ROOT") or DEFAULT_ROOT,
         runtime_name=name,
         set_as_default=default,
