@@ -105,7 +105,7 @@ def test_a_nad_conf_gets_its_name_and_version_and_a_conflist_keeps_its_own() -> 
     ("config", "message"),
     [
         ("", "w: spec.config is empty"),
-        ("{", "w: spec.config is not valid JSON"),
+        ("{", "w: spec.config: not valid JSON"),
         ("[1]", "w: spec.config must be a JSON object"),
         ({"name": "x"}, "neither 'type' (a conf) nor 'plugins' (a conflist)"),
         ({"plugins": [{"type": "a"}, {}]}, "w: spec.config: plugins[1].type is missing"),

@@ -110,4 +110,5 @@ def test_discovery_keeps_the_last_good_config(tmp_path: Path, caplog: pytest.Log
     path.write_text("{", encoding="utf-8")
     with caplog.at_level(logging.ERROR):
         assert [s.resource_name for s in discovery()] == ["rdma/x"]
-    assert "keeping the previous config" in caplog.text
+    assert "keeping the last good config" in caplog.text
+    assert discovery.config_log.failures == 1

@@ -4,7 +4,9 @@ Level-triggered: every ``interval`` it checks that the kubelet socket is the one
 and that its own sockets still exist (a kubelet restart deletes them) and, if not, restarts its
 servers and registers again (between passes that check alone runs every ``KUBELET_WATCH_SECONDS``,
 so a restarted kubelet is answered at once); it also re-reads the settings and, when they changed and are valid,
-rebuilds the resources. An invalid config is logged and the previous one keeps serving. Health
+rebuilds the resources. An invalid config keeps the previous one serving (before any good one: nothing is
+served); each new bad version is logged once, counted (``config_log``, the metric
+``gpu_operator_device_plugin_config_reload_failures_total``) and reported in a Node Event. Health
 events are read by one thread per plugin (backend waits block) and pushed to the streams; the same
 thread brings devices back when the recovery policy says so (``health``), and every health change is
 counted and reported on the event loop (``healthreport``), so the plugin never needs a restart.
@@ -22,8 +24,9 @@ from pathlib import Path
 from gpu_operator.agents.deviceplugin import mps
 from gpu_operator.agents.deviceplugin.allocation import Topology
 from gpu_operator.agents.deviceplugin.health import HealthBook, RecoveryPolicy, Transition, XidPolicy
-from gpu_operator.agents.deviceplugin.healthreport import EventSink, HealthReport
+from gpu_operator.agents.deviceplugin.healthreport import PREFIX, EventSink, HealthReport
 from gpu_operator.agents.deviceplugin.server import OPTIONS, ResourceServer
+from gpu_operator.agents.shared.configinput import ReloadLog
 from gpu_operator.agents.shared.pluginconfig import ConfigError, Settings
 from gpu_operator.agents.shared.resources import LayoutError, Resource, build_resources
 from gpu_operator.gpu.backend import GpuBackend, GpuError
@@ -64,6 +67,7 @@ class DevicePlugin:
         self.servers: list[ResourceServer] = []
         self.health = HealthBook(policy=self._policy, recovery=RecoveryPolicy.from_env(env))
         self.report = HealthReport(unhealthy_now=self.health.unhealthy_count, events=events, name=name)
+        self.config_log = ReloadLog(name=name, source="the config", events=events, metric_prefix=PREFIX)
         self.registrations = 0  # how many times resources were registered (tests and metrics)
         self.last_error: str | None = None
         self._kubelet_id: tuple[int, int] | None = None
@@ -170,8 +174,7 @@ class DevicePlugin:
         try:
             return await self._settings_source()
         except ConfigError as exc:
-            if str(exc) != self.last_error:
-                log.error("%s: refusing config, keeping the previous one: %s", self.name, exc)
+            self.config_log.refused(str(exc))  # logged once per new error, counted, an Event
             self.last_error = str(exc)
             return None
 
@@ -182,13 +185,18 @@ class DevicePlugin:
             try:
                 resources = await asyncio.to_thread(self._discover, settings)
             except (LayoutError, GpuError) as exc:
-                log.error("%s: cannot expose devices with this config, keeping the previous one: %s", self.name, exc)
+                self.config_log.refused(f"cannot expose devices with this config: {exc}")
                 self.last_error = str(exc)
             else:
                 self.settings = settings
                 self.last_error = None
+                self.config_log.accepted()
+                await self.config_log.flush()
                 await self._start_and_register(resources, settings)
                 return
+        elif settings is not None:
+            self.config_log.accepted()  # what the files say is what serves (again)
+        await self.config_log.flush()
         if self.settings is None:
             return
         self._passes += 1

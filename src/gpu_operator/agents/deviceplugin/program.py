@@ -8,7 +8,10 @@ pod restart.
 Health settings (``DP_DISABLE_HEALTHCHECKS``, ``DP_ENABLE_HEALTHCHECKS``, ``DP_RECOVER_ON_RESET``,
 ``DP_RECOVER_QUIET_SECONDS``) are described in ``health``; health changes become Events on the Node
 (through ``ctx.cluster`` when the context has one) and metrics (``healthreport``) served on
-``DP_METRICS_LISTEN`` (``host:port``, e.g. ``:9402``; unset: no metrics endpoint) at ``/metrics``.
+``DP_METRICS_LISTEN`` (``host:port``, e.g. ``:9402``; unset: no metrics endpoint) at ``/metrics``, with
+``gpu_operator_device_plugin_config_reload_failures_total`` (new bad config versions refused while the
+last good one kept serving). ``DP_RECONCILE_INTERVAL`` (seconds, 0.05 to 3600) that is not a number is
+refused at start with a one-line error naming it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from gpu_operator.agents.deviceplugin import cdispec
 from gpu_operator.agents.deviceplugin.plugin import DevicePlugin
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import cluster_of
+from gpu_operator.agents.shared.configinput import env_seconds
 from gpu_operator.agents.shared.httpserver import METRICS_CONTENT_TYPE, HttpServer, Page, parse_listen
 from gpu_operator.agents.shared.nodeconfig import NamedConfigs
 from gpu_operator.agents.shared.pluginconfig import Settings
@@ -46,7 +50,7 @@ async def main(ctx: AgentContext) -> None:
         settings=configs.settings,
         plugin_dir=ctx.plugin_dir,
         env=ctx.env,
-        interval=float(ctx.env.get("DP_RECONCILE_INTERVAL", "1.0")),
+        interval=env_seconds(ctx.env, "DP_RECONCILE_INTERVAL", default=1.0, minimum=0.05, maximum=3600.0),
         name=f"device-plugin[{ctx.node_name}]",
         events=cluster_of(ctx),
     )
@@ -86,7 +90,9 @@ def _metrics_server(ctx: AgentContext, plugin: DevicePlugin) -> HttpServer | Non
         host=host,
         port=port,
         routes={
-            "/metrics": lambda: Page(plugin.report.render().encode(), content_type=METRICS_CONTENT_TYPE),
+            "/metrics": lambda: Page(
+                (plugin.report.render() + plugin.config_log.render()).encode(), content_type=METRICS_CONTENT_TYPE
+            ),
             "/health": lambda: health,
         },
         name=f"device-plugin-metrics[{ctx.node_name}]",

@@ -6,6 +6,10 @@ start and whenever the value changes, or when the state says a previous run did 
 crashed run left at ``paused-for-mig-change`` are restored first, so a node never stays wedged.
 
 Configs come from ``CONFIG_FILE`` (a mounted ConfigMap, re-read before each run) or the default set.
+One that cannot be used (not UTF-8, not YAML, a key that is not a string, a count past its bound) fails
+that run with a one-line reason naming the file and field (the state label ``failed`` and an Event):
+nothing is applied, so the GPUs keep the geometry last applied. ``MIG_WAIT_TIMEOUT``,
+``MIG_POLL_INTERVAL`` and ``MIG_HOST_SETTLE`` that are not numbers of seconds are refused at start.
 A pending MIG mode change is applied by a GPU reset: ``nvidia-smi -r -i N`` in the driver root
 (``NVIDIA_DRIVER_ROOT`` on the node: ``/`` for a host driver, ``/run/nvidia/driver`` for the driver
 container's) on a real node, the backend's own reset on a simulated one; ``WITH_REBOOT=true`` allows a
@@ -25,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -52,6 +55,7 @@ from gpu_operator.agents.migmanager.reconfigure import (
 )
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import cluster_of
+from gpu_operator.agents.shared.configinput import env_seconds, load_json, read_text
 from gpu_operator.agents.shared.operands import MIG_PAUSE, paused, restore_changes
 from gpu_operator.api.windows import WindowSchedule
 from gpu_operator.gpu.backend import GpuBackend, ResettableBackend
@@ -150,8 +154,8 @@ def maintenance_windows(ctx: AgentContext) -> WindowSchedule | None:
     text = ctx.env.get(WINDOWS_ENV, "")
     if not text:
         return None
+    doc = load_json(text, source=WINDOWS_ENV, error=MigConfigError)
     try:
-        doc = json.loads(text)
         pairs = [(str(w["schedule"]), str(w["duration"])) for w in doc["windows"]]
         return WindowSchedule.parse(zone=str(doc.get("timeZone") or "UTC"), windows=pairs)
     except (ValueError, KeyError, TypeError) as error:
@@ -162,12 +166,18 @@ def load_configs(ctx: AgentContext) -> MigConfigs:
     path = ctx.env.get("CONFIG_FILE", "")
     if not path:
         return default_configs()
-    file = ctx.path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as error:
-        raise MigConfigError(f"{path}: cannot be read: {error.strerror or error}") from error
-    return load(text, source=path)
+    return load(read_text(ctx.path(path), source=path, error=MigConfigError), source=path)
+
+
+def read_options(ctx: AgentContext) -> Options:
+    """The timing options from the environment; a value that is not a number of seconds in its bounds
+    is refused (``ConfigRefusedError``) naming the variable."""
+    return Options(
+        wait_timeout=env_seconds(ctx.env, "MIG_WAIT_TIMEOUT", default=300.0, maximum=86400.0),
+        poll_interval=env_seconds(ctx.env, "MIG_POLL_INTERVAL", default=2.0, maximum=3600.0),
+        with_reboot=_flag(ctx.env.get("WITH_REBOOT")),
+        host_settle=env_seconds(ctx.env, "MIG_HOST_SETTLE", default=30.0, maximum=3600.0),
+    )
 
 
 async def main(ctx: AgentContext) -> None:
@@ -178,12 +188,7 @@ async def main(ctx: AgentContext) -> None:
         await ctx.sleep(None)
         return
     node, cluster = ctx.node, cluster_of(ctx)
-    options = Options(
-        wait_timeout=float(ctx.env.get("MIG_WAIT_TIMEOUT", "300")),
-        poll_interval=float(ctx.env.get("MIG_POLL_INTERVAL", "2")),
-        with_reboot=_flag(ctx.env.get("WITH_REBOOT")),
-        host_settle=float(ctx.env.get("MIG_HOST_SETTLE", "30")),
-    )
+    options = read_options(ctx)
     work = Reconfigure(
         node=node, cluster=cluster, backend=ctx.gpu, reset=resetter(ctx), options=options, sleep=ctx.sleep, name=name
     )

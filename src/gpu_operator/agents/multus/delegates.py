@@ -25,6 +25,7 @@ from typing import Any
 
 from gpu_operator.agents.multus.selection import NetworkSelection
 from gpu_operator.agents.shared import devinfo
+from gpu_operator.agents.shared.configinput import load_json
 from gpu_operator.kubelet.allocation import PodDevices
 
 JSON = dict[str, Any]
@@ -76,10 +77,9 @@ def nad_conf(nad: Mapping[str, Any], *, default_version: str, where: str) -> JSO
     text = (nad.get("spec") or {}).get("config") or ""
     if not isinstance(text, str) or not text.strip():
         raise DelegateError(f"{where}: spec.config is empty (a CNI conf or conflist is required)")
-    try:
-        conf = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DelegateError(f"{where}: spec.config is not valid JSON: {error}") from None
+    # Bounded: no nesting past 32 levels nor integers past 18 digits (Python's reader fails on those
+    # with errors that name nothing), so the NAD and the field are always in the message.
+    conf = load_json(text, source=f"{where}: spec.config", error=DelegateError)
     if not isinstance(conf, dict):
         raise DelegateError(f"{where}: spec.config must be a JSON object")
     if "type" not in conf:

@@ -10,7 +10,9 @@ Two forms, as the Network Plumbing Working Group's specification has them:
 
 A network without a namespace is looked up in the pod's. Interfaces are ``net1``, ``net2``, ... by
 position unless an entry names its own; two entries on one interface are an error. Every error names
-the pod, the annotation and the entry.
+the pod, the annotation and the entry, on one line, whatever the text: JSON nested past 32 levels or
+holding an integer of more than 18 digits is refused naming the entry, never a traceback, and at most
+:data:`MAX_NETWORKS` networks are read.
 """
 
 from __future__ import annotations
@@ -21,10 +23,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_operator.agents.shared.configinput import describe, load_json
+
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 #: Linux interface names: at most 15 bytes, no '/', no whitespace, not "." or "..".
 _IFNAME = re.compile(r"^[^/\s:]{1,15}$")
+#: Secondary networks of one pod: each is a NAD read and a CNI ADD, so the count is bounded.
+MAX_NETWORKS = 128
 
 
 class MultusError(ValueError):
@@ -90,7 +96,8 @@ def _string(obj: Mapping[str, Any], key: str, *, where: str) -> str:
 
 
 def _json_entry(obj: Any, *, pod: str, index: int) -> dict[str, Any]:
-    where = _where(pod, index, json.dumps(obj)[:80])
+    # ``load_json`` bounded depth and integers, so dumping is safe; the text is cut for the message.
+    where = _where(pod, index, json.dumps(obj)[:80] if isinstance(obj, dict) else describe(obj))
     if not isinstance(obj, dict):
         raise MultusError(f"{where}: each entry must be an object")
     name = _string(obj, "name", where=where)
@@ -121,16 +128,18 @@ def parse_networks(text: str, *, pod_namespace: str, pod_name: str) -> list[Netw
     if not text:
         return []
     raw: list[dict[str, Any]] = []
+    source = f"pod {pod}: annotation {NETWORKS_ANNOTATION}"
     if any(c in text for c in '[{"'):
-        try:
-            loaded = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise MultusError(f"pod {pod}: annotation {NETWORKS_ANNOTATION}: not valid JSON: {error}") from None
+        loaded = load_json(text, source=source, error=MultusError)
         if not isinstance(loaded, list):
-            raise MultusError(f"pod {pod}: annotation {NETWORKS_ANNOTATION}: the JSON form must be a list")
+            raise MultusError(f"{source}: the JSON form must be a list")
+        if len(loaded) > MAX_NETWORKS:
+            raise MultusError(f"{source}: at most {MAX_NETWORKS} networks, got {len(loaded)}")
         raw = [_json_entry(obj, pod=pod, index=i) for i, obj in enumerate(loaded)]
     else:
         items = [item.strip() for item in text.split(",")]
+        if len(items) > MAX_NETWORKS:
+            raise MultusError(f"{source}: at most {MAX_NETWORKS} networks, got {len(items)}")
         for index, item in enumerate(items):
             if not item:
                 raise MultusError(f"pod {pod}: annotation {NETWORKS_ANNOTATION}: entry {index + 1} is empty")

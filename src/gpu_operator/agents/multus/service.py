@@ -177,7 +177,7 @@ class MultusService:
                 continue
             try:
                 loaded = json.loads(self.host_path(devinfo_file(resource=resource, device_id=device)).read_text())
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):  # a device-info file is optional: skip a bad one
                 continue
             if isinstance(loaded, dict):
                 infos[device] = loaded

@@ -10,16 +10,25 @@ re-discovery off); ``selectors`` or the deprecated ``devices`` (which becomes ``
 not neither; ``resourcePrefix`` defaults to ``rdma``. Upstream reports a wrong type as a JSON decode error;
 here every error names the file and the field (``config.json: configList[1].resourceName: ...``).
 Unknown keys are ignored, as upstream's decoder does, but reported as warnings.
+
+Bounds upstream does not set, checked before anything is built: ``rdmaHcaMax`` at most
+:data:`MAX_HCA` (every unit is a device the plugin lists to the kubelet), ``periodicUpdateInterval`` at
+most a day, at most :data:`MAX_RESOURCES` resources and :data:`MAX_SELECTOR_ITEMS` items in a
+selector list; JSON nested deeper than 32 levels or with an integer of more than 18 digits is refused
+naming the field (Python's own reader would fail on such text with no field at all).
+:func:`parse_config` is the one parser of this format: the agent calls it on the file, and offline
+checks of a NicClusterPolicy's embedded ``rdmaSharedDevicePlugin.config`` should call it too.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe, load_json, read_text
 
 DEFAULT_PREFIX = "rdma"
 DEFAULT_INTERVAL_SECONDS = 60
@@ -27,9 +36,15 @@ NAME = re.compile(r"^[a-zA-Z0-9_]+$")
 SELECTOR_KEYS = ("vendors", "deviceIDs", "drivers", "ifNames", "linkTypes")
 _RESOURCE_KEYS = ("resourceName", "resourcePrefix", "rdmaHcaMax", "devices", "selectors")
 _TOP_KEYS = ("periodicUpdateInterval", "configList")
+#: Devices one resource advertises: each is listed to the kubelet, so an unbounded value would build
+#: millions before anything could refuse it. Upstream's examples use 63 to 1000.
+MAX_HCA = 10000
+MAX_INTERVAL_SECONDS = 86400
+MAX_RESOURCES = 256
+MAX_SELECTOR_ITEMS = 1024
 
 
-class RdmaConfigError(ValueError):
+class RdmaConfigError(ConfigRefusedError):
     """A config that cannot be used; the message names the file and the field."""
 
 
@@ -81,28 +96,32 @@ class _Parser:
                 where = f"{path}.{key}" if path else key
                 self.warnings.append(f"{self.source}: {where}: unknown field, ignored (known: {', '.join(known)})")
 
-    def integer(self, value: object, path: str) -> int:
+    def integer(self, value: object, path: str, *, maximum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(path, f"expected an integer, got {json.dumps(value)}")
+            raise self.error(path, f"expected an integer, got {describe(value)}")
         if value < 0:
-            raise self.error(path, f"must not be negative, got {value}")
+            raise self.error(path, f"must not be negative, got {describe(value)}")
+        if value > maximum:
+            raise self.error(path, f"at most {maximum} is allowed, got {describe(value)}")
         return value
 
     def strings(self, value: object, path: str) -> tuple[str, ...]:
         if value is None:
             return ()
         if not isinstance(value, list):
-            raise self.error(path, f"expected a list of strings, got {json.dumps(value)}")
+            raise self.error(path, f"expected a list of strings, got {describe(value)}")
+        if len(value) > MAX_SELECTOR_ITEMS:
+            raise self.error(path, f"at most {MAX_SELECTOR_ITEMS} items, got {len(value)}")
         for i, item in enumerate(value):
             if not isinstance(item, str):
-                raise self.error(f"{path}[{i}]", f"expected a string, got {json.dumps(item)}")
+                raise self.error(f"{path}[{i}]", f"expected a string, got {describe(item)}")
         return tuple(value)
 
     def selectors(self, value: object, path: str) -> Selectors:
         if value is None:
             return Selectors()
         if not isinstance(value, dict):
-            raise self.error(path, f"expected an object, got {json.dumps(value)}")
+            raise self.error(path, f"expected an object, got {describe(value)}")
         self.unknown(value, SELECTOR_KEYS, path)
         lists = {key: self.strings(value.get(key), f"{path}.{key}") for key in SELECTOR_KEYS}
         return Selectors(
@@ -115,15 +134,15 @@ class _Parser:
 
     def resource(self, value: object, path: str) -> ResourceConfig:
         if not isinstance(value, dict):
-            raise self.error(path, f"expected an object, got {json.dumps(value)}")
+            raise self.error(path, f"expected an object, got {describe(value)}")
         self.unknown(value, _RESOURCE_KEYS, path)
         name = value.get("resourceName")
         if not isinstance(name, str) or not NAME.match(name):
-            raise self.error(f"{path}.resourceName", f"{json.dumps(name)} must match {NAME.pattern}")
+            raise self.error(f"{path}.resourceName", f"{describe(name)} must match {NAME.pattern}")
         prefix = value.get("resourcePrefix")
         if prefix is not None and not isinstance(prefix, str):
-            raise self.error(f"{path}.resourcePrefix", f"expected a string, got {json.dumps(prefix)}")
-        hca_max = self.integer(value.get("rdmaHcaMax", 0), f"{path}.rdmaHcaMax")
+            raise self.error(f"{path}.resourcePrefix", f"expected a string, got {describe(prefix)}")
+        hca_max = self.integer(value.get("rdmaHcaMax", 0), f"{path}.rdmaHcaMax", maximum=MAX_HCA)
         if hca_max == 0:
             self.warnings.append(f"{self.source}: {path}.rdmaHcaMax: 0, so {name} advertises no devices")
         selectors = self.selectors(value.get("selectors"), f"{path}.selectors")
@@ -142,10 +161,16 @@ class _Parser:
             raise RdmaConfigError(f"{self.source}: expected a JSON object, got {type(data).__name__}")
         self.unknown(data, _TOP_KEYS, "")
         interval = data.get("periodicUpdateInterval")
-        seconds = DEFAULT_INTERVAL_SECONDS if interval is None else self.integer(interval, "periodicUpdateInterval")
+        seconds = (
+            DEFAULT_INTERVAL_SECONDS
+            if interval is None
+            else self.integer(interval, "periodicUpdateInterval", maximum=MAX_INTERVAL_SECONDS)
+        )
         entries = data.get("configList")
         if not isinstance(entries, list) or not entries:
             raise self.error("configList", "expected a non-empty list of resources")
+        if len(entries) > MAX_RESOURCES:
+            raise self.error("configList", f"at most {MAX_RESOURCES} resources, got {len(entries)}")
         resources: list[ResourceConfig] = []
         for i, entry in enumerate(entries):
             resource = self.resource(entry, f"configList[{i}]")
@@ -160,20 +185,12 @@ class _Parser:
 
 def parse_config(text: str, *, source: str) -> RdmaConfig:
     """Parse the file's ``text``; ``source`` is the name errors start with."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise RdmaConfigError(f"{source}: not valid JSON: {error}") from error
-    return _Parser(source).config(data)
+    return _Parser(source).config(load_json(text, source=source, error=RdmaConfigError))
 
 
 def load_config(path: Path, *, source: str | None = None) -> RdmaConfig:
     """Read and parse ``path`` (errors name ``source``, by default the path)."""
     name = source or str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as error:
-        raise RdmaConfigError(f"{name}: no such file (mount the plugin's config there)") from error
-    except (OSError, UnicodeDecodeError) as error:
-        raise RdmaConfigError(f"{name}: cannot be read: {error}") from error
-    return parse_config(text, source=name)
+    if not path.exists():
+        raise RdmaConfigError(f"{name}: no such file (mount the plugin's config there)")
+    return parse_config(read_text(path, source=name, error=RdmaConfigError), source=name)

@@ -4,8 +4,9 @@ Environment:
 
 * ``RDMA_DP_CONFIG``: the config file inside the container (default ``/k8s-rdma-shared-dev-plugin/config.json``,
   upstream's path; format in ``config``). A config that cannot be used at start ends the program with
-  the file and field in the message, as upstream exits; later edits are picked up at each re-discovery
-  and a broken one is logged while the last good one keeps serving.
+  a one-line error naming the file and field, as upstream exits; later edits are picked up at each
+  re-discovery, and a broken one keeps the last good one serving: each new bad version is logged once,
+  counted (``Discovery.config_log.failures``) and reported in a ``ConfigRefused`` Event on the Node.
 * ``RDMA_DP_USE_CDI``: ``true`` answers Allocate with CDI device names and writes the spec (``cdi``) to
   ``CDI_SPEC_DIR`` (default ``/var/run/cdi``, the host's directory mounted there).
 * NIC discovery through ``gpu_operator.nic`` (``NIC_BACKEND``, ``NIC_SYSFS_ROOT``, ``NIC_DEV_ROOT``; by default
@@ -28,6 +29,8 @@ from gpu_operator.agents.rdmadp import cdi
 from gpu_operator.agents.rdmadp.config import RdmaConfig, RdmaConfigError, load_config
 from gpu_operator.agents.rdmadp.source import RdmaSource, make_sources
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.cluster import cluster_of
+from gpu_operator.agents.shared.configinput import ReloadLog
 from gpu_operator.agents.shared.netplugin import PluginSource, serve_plugins
 from gpu_operator.nic.open import open_nics
 from gpu_operator.nic.types import NicBackend
@@ -69,18 +72,17 @@ class Discovery:
         self.name = name
         self.use_cdi = env_flag(ctx.env.get("RDMA_DP_USE_CDI"))
         self.config_path = ctx.path(ctx.env.get("RDMA_DP_CONFIG") or DEFAULT_CONFIG)
-        self._config_error: str | None = None
+        self.config_log = ReloadLog(name=name, source=str(self.config_path), events=cluster_of(ctx))
+        self.config_log.accepted()  # ``config`` is the good one read at start
         self._summary: tuple[tuple[str, tuple[str, ...]], ...] | None = None
 
     def _reload_config(self) -> None:
         try:
             config = load_config(self.config_path)
         except RdmaConfigError as error:
-            if str(error) != self._config_error:
-                log.error("%s: keeping the previous config: %s", self.name, error)
-            self._config_error = str(error)
+            self.config_log.refused(str(error))  # the NICs are still rediscovered with the last good config
             return
-        self._config_error = None
+        self.config_log.accepted()
         if config != self.config:
             log.info("%s: config changed", self.name)
             for warning in config.warnings:
@@ -124,4 +126,6 @@ async def main(ctx: AgentContext) -> None:
     log.info(
         "%s: %d resources; re-discovery %s", name, len(config.resources), f"every {interval}s" if interval else "off"
     )
-    await serve_plugins(ctx=ctx, load=discovery, refresh_seconds=float(interval), name=name)
+    await serve_plugins(
+        ctx=ctx, load=discovery, refresh_seconds=float(interval), name=name, reload=discovery.config_log
+    )

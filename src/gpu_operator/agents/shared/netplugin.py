@@ -7,7 +7,8 @@ discover the NICs, return one :class:`PluginSource` per resource). Level-trigger
 * ``load()`` runs (in a thread) at start, then every ``refresh_seconds`` (0 or less: only until it first
   succeeds). Until a first success it is retried every ``RETRY_SECONDS``. An exception, or two sources
   sharing a resource name or endpoint, is logged (once per distinct message) and the previous sources keep
-  serving.
+  serving. An agent that passes its config's :class:`~gpu_operator.agents.shared.configinput.ReloadLog`
+  gets the Events its loader queued there sent after each load.
 * Sources are matched to servers by (resource name, endpoint): a new pair starts a server, a vanished one
   stops it, a kept one serves the new source object, and ListAndWatch streams get the new list when
   ``devices()`` differs (``devices()`` is re-read every tick, so a source may change it on its own).
@@ -27,6 +28,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.configinput import ReloadLog
 from gpu_operator.agents.shared.netpluginserver import OPTIONS, AllocateError, PluginSource, SourceServer
 from gpu_operator.kubelet.paths import KUBELET_SOCKET_NAME
 from gpu_operator.kubelet.registration import register
@@ -49,8 +51,11 @@ Loader = Callable[[], Sequence[PluginSource]]
 class PluginRunner:
     """The state of :func:`serve_plugins` (tests drive :meth:`tick` directly)."""
 
-    def __init__(self, *, ctx: AgentContext, load: Loader, refresh_seconds: float, name: str) -> None:
+    def __init__(
+        self, *, ctx: AgentContext, load: Loader, refresh_seconds: float, name: str, reload: ReloadLog | None = None
+    ) -> None:
         self.ctx = ctx
+        self.reload = reload
         self.name = name
         self.refresh_seconds = refresh_seconds
         self._load = load
@@ -89,6 +94,9 @@ class PluginRunner:
             kept = "keeping the previous resources" if self.loaded else "nothing served yet"
             self._error(f"loading resources failed ({kept}): {type(error).__name__}: {error}")
             return False
+        finally:
+            if self.reload is not None:
+                await self.reload.flush()
         await self.apply(wanted)
         self.loaded = True
         self.last_error = None
@@ -222,6 +230,8 @@ class PluginRunner:
             await self.close()
 
 
-async def serve_plugins(*, ctx: AgentContext, load: Loader, refresh_seconds: float, name: str) -> None:
+async def serve_plugins(
+    *, ctx: AgentContext, load: Loader, refresh_seconds: float, name: str, reload: ReloadLog | None = None
+) -> None:
     """Serve ``load()``'s sources to the kubelet until ``ctx.sleep()`` says stop (see the module docstring)."""
-    await PluginRunner(ctx=ctx, load=load, refresh_seconds=refresh_seconds, name=name).run()
+    await PluginRunner(ctx=ctx, load=load, refresh_seconds=refresh_seconds, name=name, reload=reload).run()

@@ -2,8 +2,11 @@
 
 ``load_config`` parses YAML or JSON into :class:`ConfigFile` and refuses anything doubtful with an
 error naming the file and field: unknown keys, replicas below 2, both sharing modes at once, MPS with
-mixed MIG, resource names that are not ``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``. Upstream
-ignores several of these silently; we do not. ``Settings.resolve`` applies the precedence
+mixed MIG, resource names that are not ``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``, text that is
+not UTF-8. Counts are bounded before anything is built from them: ``replicas`` at most
+:data:`MAX_REPLICAS` per GPU (upstream sets no bound; every replica becomes a device the kubelet
+tracks), at most :data:`MAX_SHARED_RESOURCES` sharing rules and :data:`MAX_DEVICE_SELECTORS` entries in
+a rule's ``devices``. Upstream ignores several of these silently; we do not. ``Settings.resolve`` applies the precedence
 command line > environment > config file > default. Next: ``resources`` turns settings and devices
 into advertised resources; ``nodeconfig`` picks the config file of a node.
 """
@@ -19,14 +22,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe, read_text
 from gpu_operator.api.yamltext import YamlError, load_one
 
 MigStrategy = Literal["none", "single", "mixed"]
 ListStrategy = Literal["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"]
 RESOURCE_NAME = re.compile(r"^nvidia\.com/(gpu|mig-[0-9]+g\.[0-9]+gb(\.[a-z+]+)?)$")
+#: Replicas of one GPU: each is a device the plugin lists and the kubelet keeps, so one huge value
+#: would build millions before anything could refuse it. 1024 is far above any real sharing.
+MAX_REPLICAS = 1024
+#: Sharing rules in one config and entries in one rule's ``devices`` (GPU indices or UUIDs).
+MAX_SHARED_RESOURCES = 64
+MAX_DEVICE_SELECTORS = 1024
 
 
-class ConfigError(ValueError):
+class ConfigError(ConfigRefusedError):
     """A config file that cannot be used; the message names the file and the field."""
 
 
@@ -69,22 +79,36 @@ class Flags(_Model):
 
 class SharedResource(_Model):
     name: str
-    replicas: int = Field(ge=2)
+    replicas: int
     rename: str | None = None
     devices: Literal["all"] | list[int | str] = "all"
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, value: int) -> int:
+        if not 2 <= value <= MAX_REPLICAS:
+            raise ValueError(f"must be from 2 to {MAX_REPLICAS} (replicas per GPU), got {describe(value)}")
+        return value
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, value: Literal["all"] | list[int | str]) -> Literal["all"] | list[int | str]:
+        if isinstance(value, list) and len(value) > MAX_DEVICE_SELECTORS:
+            raise ValueError(f"at most {MAX_DEVICE_SELECTORS} entries, got {len(value)}")
+        return value
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         if len(value) > 63 or not RESOURCE_NAME.match(value):
-            raise ValueError(f"must be nvidia.com/gpu or nvidia.com/mig-<profile> (got {value!r})")
+            raise ValueError(f"must be nvidia.com/gpu or nvidia.com/mig-<profile> (got {describe(value)})")
         return value
 
 
 class Sharing(_Model):
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool | None = None
-    resources: list[SharedResource] = Field(min_length=1)
+    resources: list[SharedResource] = Field(min_length=1, max_length=MAX_SHARED_RESOURCES)
 
 
 class SharingSection(_Model):
@@ -151,12 +175,8 @@ def parse_config(*, text: str, source: str) -> ConfigFile:
 
 
 def load_config(path: Path) -> ConfigFile:
-    """Read and parse a config file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    return parse_config(text=text, source=str(path))
+    """Read and parse a config file (one that is not UTF-8 text is refused like any bad one)."""
+    return parse_config(text=read_text(path, source=str(path), error=ConfigError), source=str(path))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,11 +18,15 @@ What this implementation serves differs from upstream in these ways, each report
 
 Errors (bad JSON, wrong types, an invalid or duplicate resource name, a malformed ``pfNames`` range)
 raise :class:`ConfigError` naming the file and the field: ``config.json: resourceList[0].selectors.vendors: ...``.
+So do text that is not UTF-8, JSON nested deeper than 32 levels or holding an integer of more than 18
+digits, and lists past their bounds (:data:`MAX_RESOURCES` resources, :data:`MAX_SELECTORS` selector
+objects per resource, :data:`MAX_LIST_ITEMS` items in a selector's list), all checked before anything
+is built. :func:`parse_config` is the one parser of this format: the agent calls it on the file, and
+offline checks of a NicClusterPolicy's embedded ``sriovDevicePlugin.config`` should call it too.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,10 +34,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe, load_json, read_text
+
 DEFAULT_CONFIG = "/etc/pcidp/config.json"
 DEFAULT_PREFIX = "intel.com"
 NET_DEVICE = "netDevice"
 DEVICE_TYPES = (NET_DEVICE, "accelerator", "auxNetDevice")
+_DIGITS = re.compile(r"^[0-9]{1,5}$")
 _NAME = re.compile(r"^[a-zA-Z0-9_]+$")  # upstream validResourceName: no "-" (it ends up in an env name)
 _PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LISTS = {
@@ -48,9 +55,14 @@ _LISTS = {
 _FLAGS = {"isRdma": "is_rdma", "needVhostNet": "need_vhost_net"}
 _UNSERVED = ("acpiIndexes", "ddpProfiles", "vdpaType", "pKeys", "auxTypes")
 _RESOURCE_KEYS = {"resourcePrefix", "resourceName", "deviceType", "excludeTopology", "selectors", "additionalInfo"}
+MAX_RESOURCES = 256
+MAX_SELECTORS = 64
+MAX_LIST_ITEMS = 1024
+#: A VF index: no NIC has more than a few hundred VFs per PF; the bound keeps int() away from huge text.
+MAX_VF_INDEX = 65535
 
 
-class ConfigError(ValueError):
+class ConfigError(ConfigRefusedError):
     """The config file cannot be used; the message names the file and the field."""
 
 
@@ -91,6 +103,11 @@ class Config:
     warnings: tuple[str, ...] = ()
 
 
+def _quote(text: str) -> str:
+    """``text`` quoted for a message, cut short when long (it is someone's input)."""
+    return repr(text) if len(text) <= 60 else repr(text[:57] + "...")
+
+
 def parse_vf_range(text: str) -> tuple[str, tuple[tuple[int, int], ...]]:
     """``"ens1f0#0-3,7"`` -> ``("ens1f0", ((0, 3), (7, 7)))``; no ``#``: no range (every function)."""
     name, sep, spec = text.partition("#")
@@ -101,9 +118,11 @@ def parse_vf_range(text: str) -> tuple[str, tuple[tuple[int, int], ...]]:
     ranges: list[tuple[int, int]] = []
     for entry in spec.split(","):
         first, dash, last = entry.partition("-")
-        if not first.isdigit() or (dash and not last.isdigit()):
-            raise ValueError(f"{entry!r} is not an index or a range like 0-3")
+        if not _DIGITS.match(first) or (dash and not _DIGITS.match(last)):
+            raise ValueError(f"{_quote(entry)} is not an index (0 to {MAX_VF_INDEX}) or a range like 0-3")
         start, end = int(first), int(last) if dash else int(first)
+        if end > MAX_VF_INDEX or start > MAX_VF_INDEX:
+            raise ValueError(f"{_quote(entry)}: VF indices go from 0 to {MAX_VF_INDEX}")
         if end < start:
             raise ValueError(f"range {entry!r} ends before it starts")
         ranges.append((start, end))
@@ -123,17 +142,19 @@ class _Reader:
 
     def strings(self, value: Any, where: str) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(where, f"must be a list of strings (got {json.dumps(value)})")
+            raise self.fail(where, f"must be a list of strings (got {describe(value)})")
+        if len(value) > MAX_LIST_ITEMS:
+            raise self.fail(where, f"at most {MAX_LIST_ITEMS} items, got {len(value)}")
         return tuple(value)
 
     def flag(self, value: Any, where: str) -> bool:
         if not isinstance(value, bool):
-            raise self.fail(where, f"must be true or false (got {json.dumps(value)})")
+            raise self.fail(where, f"must be true or false (got {describe(value)})")
         return value
 
     def selector(self, raw: Any, where: str) -> Selector | None:
         if not isinstance(raw, dict):
-            raise self.fail(where, f"must be an object (got {json.dumps(raw)})")
+            raise self.fail(where, f"must be an object (got {describe(raw)})")
         values: dict[str, Any] = {}
         unserved = []
         for key, value in raw.items():
@@ -151,7 +172,7 @@ class _Reader:
                 try:
                     parse_vf_range(entry)
                 except ValueError as error:
-                    raise self.fail(f"{where}.{key}[{index}]", f"{entry!r}: {error}") from error
+                    raise self.fail(f"{where}.{key}[{index}]", f"{_quote(entry)}: {error}") from error
         if unserved:
             self.warn(f"{where}.{unserved[0]}", "not supported by this implementation; resource skipped")
             return None
@@ -159,18 +180,18 @@ class _Reader:
 
     def resource(self, raw: Any, where: str, default_prefix: str) -> ResourceConfig | None:
         if not isinstance(raw, dict):
-            raise self.fail(where, f"must be an object (got {json.dumps(raw)})")
+            raise self.fail(where, f"must be an object (got {describe(raw)})")
         for key in sorted(set(raw) - _RESOURCE_KEYS):
             self.warn(f"{where}.{key}", "unknown key, ignored (as upstream does)")
         name = raw.get("resourceName")
         if not isinstance(name, str) or not _NAME.match(name):
-            raise self.fail(f"{where}.resourceName", f"must match {_NAME.pattern} (got {json.dumps(name)})")
+            raise self.fail(f"{where}.resourceName", f"must match {_NAME.pattern} (got {describe(name)})")
         prefix = raw.get("resourcePrefix") or default_prefix
         if not isinstance(prefix, str) or not _PREFIX.match(prefix):
-            raise self.fail(f"{where}.resourcePrefix", f"must be a DNS subdomain (got {json.dumps(prefix)})")
+            raise self.fail(f"{where}.resourcePrefix", f"must be a DNS subdomain (got {describe(prefix)})")
         device_type = raw.get("deviceType") or NET_DEVICE
         if device_type not in DEVICE_TYPES:
-            raise self.fail(f"{where}.deviceType", f"unsupported deviceType {json.dumps(device_type)}")
+            raise self.fail(f"{where}.deviceType", f"unsupported deviceType {describe(device_type)}")
         exclude = self.flag(raw.get("excludeTopology", False), f"{where}.excludeTopology")
         info = self.additional_info(raw.get("additionalInfo", {}), f"{where}.additionalInfo")
         if "selectors" not in raw:
@@ -179,6 +200,8 @@ class _Reader:
         if isinstance(raw_selectors, list):
             if not raw_selectors:
                 raise self.fail(f"{where}.selectors", "needs at least one selector")
+            if len(raw_selectors) > MAX_SELECTORS:
+                raise self.fail(f"{where}.selectors", f"at most {MAX_SELECTORS} selectors, got {len(raw_selectors)}")
             parsed = [self.selector(s, f"{where}.selectors[{i}]") for i, s in enumerate(raw_selectors)]
         else:
             parsed = [self.selector(raw_selectors, f"{where}.selectors")]
@@ -210,10 +233,7 @@ class _Reader:
 
 def parse_config(text: str, *, source: str, default_prefix: str = DEFAULT_PREFIX) -> Config:
     """The config in ``text``; ``source`` names the file in errors and warnings."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{source}: not valid JSON: {error}") from error
+    raw = load_json(text, source=source, error=ConfigError)
     reader = _Reader(source)
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the config must be a JSON object with a resourceList")
@@ -223,6 +243,8 @@ def parse_config(text: str, *, source: str, default_prefix: str = DEFAULT_PREFIX
     entries = [] if entries is None else entries
     if not isinstance(entries, list):
         raise reader.fail("resourceList", "must be a list of resource objects")
+    if len(entries) > MAX_RESOURCES:
+        raise reader.fail("resourceList", f"at most {MAX_RESOURCES} resources, got {len(entries)}")
     resources: list[ResourceConfig] = []
     seen: dict[str, int] = {}
     for index, entry in enumerate(entries):
@@ -243,10 +265,4 @@ def parse_config(text: str, *, source: str, default_prefix: str = DEFAULT_PREFIX
 def load_config(path: Path, *, source: str | None = None, default_prefix: str = DEFAULT_PREFIX) -> Config:
     """Read and parse ``path``; ``source`` (default: the path) names it in messages."""
     name = source or str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(f"{name}: cannot read: {error.strerror or error}") from error
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{name}: not UTF-8 text") from error
-    return parse_config(text, source=name, default_prefix=default_prefix)
+    return parse_config(read_text(path, source=name, error=ConfigError), source=name, default_prefix=default_prefix)

@@ -17,7 +17,10 @@ Interfaces carrying the default route are never handed out: their names come fro
 hostNetwork pod). Serving, registration and kubelet restarts are ``agents.shared.netplugin``'s; a
 resource whose pool is empty is not served (upstream starts no server for it), and a config with no
 resources serves nothing and stays ready (upstream exits; a DaemonSet would restart it forever). A bad
-config is logged with its file and field and the previous resources keep serving.
+config is refused with a one-line error naming its file and field: the previous resources keep serving
+(before any good config, nothing is served and the agent is not ready, re-reading the file until it is
+fixed, rather than crash-looping); each new bad version is logged once, counted
+(``Loader.config_log.failures``) and reported in a ``ConfigRefused`` Event on the Node.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import logging
 from pathlib import Path
 
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.cluster import cluster_of
+from gpu_operator.agents.shared.configinput import ReloadLog, env_seconds
 from gpu_operator.agents.shared.netplugin import serve_plugins
 from gpu_operator.agents.sriovdp import allocate, config, discovery, selectors
 from gpu_operator.agents.sriovdp.source import PoolSource, pool_devices, remove_cdi_specs
@@ -57,6 +62,7 @@ class Loader:
         self.sources: list[PoolSource] = []
         self._cleaned: set[tuple[str, str]] = set()
         self._warned: set[str] = set()
+        self.config_log = ReloadLog(name=f"{NAME}[{ctx.node_name}]", source=self.config_name, events=cluster_of(ctx))
 
     def _default_route(self) -> frozenset[str]:
         for path in (self.ctx.host_path("/proc/net/route"), self.ctx.path("/proc/net/route")):
@@ -72,7 +78,12 @@ class Loader:
         return (root / "vhost-net").exists()
 
     def __call__(self) -> list[PoolSource]:
-        parsed = config.load_config(self.config_path, source=self.config_name, default_prefix=self.prefix)
+        try:
+            parsed = config.load_config(self.config_path, source=self.config_name, default_prefix=self.prefix)
+        except config.ConfigError as error:
+            self.config_log.refused(str(error))
+            raise  # the runner keeps the previous sources serving
+        self.config_log.accepted()
         for warning in parsed.warnings:
             if warning not in self._warned:
                 self._warned.add(warning)
@@ -119,15 +130,11 @@ class Loader:
 
 async def main(ctx: AgentContext) -> None:
     loader = Loader(ctx)
-    raw = ctx.env.get("SRIOV_DP_REFRESH_SECONDS") or str(DEFAULT_REFRESH_SECONDS)
-    try:
-        refresh = float(raw)
-    except ValueError:
-        raise config.ConfigError(f"SRIOV_DP_REFRESH_SECONDS: not a number of seconds: {raw!r}") from None
+    refresh = env_seconds(ctx.env, "SRIOV_DP_REFRESH_SECONDS", default=DEFAULT_REFRESH_SECONDS, maximum=86400.0)
     if loader.use_cdi:
         remove_cdi_specs(loader.cdi_dir)
     log.info("%s[%s]: config %s, devinfo %s", NAME, ctx.node_name, loader.config_path, loader.devinfo_dir)
     try:
-        await serve_plugins(ctx=ctx, load=loader, refresh_seconds=refresh, name=NAME)
+        await serve_plugins(ctx=ctx, load=loader, refresh_seconds=refresh, name=NAME, reload=loader.config_log)
     finally:
         loader.close()
