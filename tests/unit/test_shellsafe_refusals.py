@@ -52,6 +52,8 @@ def test_values_no_script_can_carry_are_refused(value: str, why: str) -> None:
         ("NVIDIA_CONTAINER_RUNTIME_RUNTIMES", "runc\0,crun", "NVIDIA_CONTAINER_RUNTIME_RUNTIMES: .* NUL byte"),
         ("NVIDIA_CDI_HOOK_LOG", "/var/log/\udc80", "NVIDIA_CDI_HOOK_LOG: .* is not valid UTF-8"),
         ("CDI_SPEC_DIR", "/var/run/cdi:/etc/evil", "CDI_SPEC_DIR: .* must not contain ':'"),
+        ("NVIDIA_DRIVER_ROOT", "/run/nvidia/driver\n/etc", "NVIDIA_DRIVER_ROOT: .* holds a newline"),
+        ("DEV_ROOT", "/\udcff", "DEV_ROOT: .* is not valid UTF-8"),
     ],
 )
 def test_toolkit_settings_refuse_what_the_wrapper_cannot_carry(

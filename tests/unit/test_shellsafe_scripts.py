@@ -169,3 +169,29 @@ def test_driver_ready_sources_every_value_verbatim(tmp_path: Path, case: str) ->
     assert env["NVIDIA_DEV_ROOT"] == root
     assert env["DEV_ROOT_CTR_PATH"] == ctr
     assert env["IS_HOST_DRIVER"] == "false"
+
+
+@pytest.mark.parametrize("case", sorted(set(ADVERSARIAL) - {"newline"}))
+def test_cdi_hook_lists_library_folders_verbatim(tmp_path: Path, case: str) -> None:
+    # A newline cannot be in a folder of ld.so.conf.d's one-per-line list: the settings refuse it
+    # (test_shellsafe_refusals); every other value must arrive whole, neither split nor globbed.
+    marker = tmp_path / MARKER
+    value = _value(ADVERSARIAL[case], marker)
+    settings, _ = _install(tmp_path, value)
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc" / "ld.so.conf.d").mkdir(parents=True)
+    (rootfs / "etc" / "ld.so.conf.d" / "x").touch()  # something a glob of the folder could match
+    (tmp_path / "config.json").write_text(json.dumps({"root": {"path": str(rootfs)}}))
+    state = json.dumps({"bundle": str(tmp_path), "id": "c"}).encode()
+    folders = [f"/run/nvidia/driver{value}/usr/lib64", f"/usr/lib/{value}*"]
+    args = ["update-ldcache", "--folder", folders[0], f"--folder={folders[1]}"]
+    hook = Path(settings.toolkit_dir) / install.HOOK
+    Path(settings.hook_log).parent.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        ["/bin/sh", str(hook), *args], input=state, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, capture_output=True,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode("utf-8", "replace")
+    assert not marker.exists(), "the injected command ran"
+    conf = rootfs / "etc" / "ld.so.conf.d" / "00-nvcr-gpu-operator.conf"
+    assert conf.read_text(encoding="utf-8") == "".join(f"{folder}\n" for folder in folders)

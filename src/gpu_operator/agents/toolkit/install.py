@@ -56,7 +56,9 @@ exec "$runtime" "$@"
 _HOOK = r"""#!/bin/sh
 {header}# nvidia-cdi-hook: OCI createContainer hook; the runtime passes the container state (JSON) on stdin.
 # It runs with the explicit environment of the CDI spec (PATH only, never the image's).
-{values}log() {{ if [ -n "$LOG" ]; then printf '%s\n' "$*" >> "$LOG" 2>/dev/null || true; fi; }}
+{values}nl='
+'
+log() {{ if [ -n "$LOG" ]; then printf '%s\n' "$*" >> "$LOG" 2>/dev/null || true; fi; }}
 log "nvidia-cdi-hook $* env: $(env | sed 's/=.*//' | sort | tr '\n' ' ')"
 state=$(cat)
 bundle=$(printf '%s' "$state" | sed -n 's/.*"bundle" *: *"\([^"]*\)".*/\1/p')
@@ -93,14 +95,18 @@ case "$command" in
       ln -s "$target" "$dir/$name"
     done ;;
   update-ldcache)
+    # One folder per line, split on newlines only and never globbed: a path with spaces or '*' stays whole.
     folders=''
     while [ $# -gt 0 ]; do
       case "$1" in
-        --folder) folders="$folders $2"; shift 2 ;;
-        --folder=*) folders="$folders ${{1#--folder=}}"; shift ;;
+        --folder) folders="$folders$nl$2"; shift 2 ;;
+        --folder=*) folders="$folders$nl${{1#--folder=}}"; shift ;;
         *) shift ;;
       esac
     done
+    folders=${{folders#"$nl"}}
+    set -f
+    IFS=$nl
     inside /etc >/dev/null || {{ log "no /etc in the container: no library cache to update"; exit 0; }}
     ldconfig=''
     for candidate in /sbin/ldconfig.real /sbin/ldconfig /usr/sbin/ldconfig; do

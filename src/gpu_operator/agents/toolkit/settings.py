@@ -127,16 +127,21 @@ class ToolkitSettings:
 
 #: Variables whose values the toolkit writes into the scripts it installs on the host.
 _SCRIPT_VALUES = ("ROOT", "CDI_SPEC_DIR", "NVIDIA_CONTAINER_RUNTIME_RUNTIMES", "NVIDIA_CDI_HOOK_LOG")
+#: Variables whose values become the hook's library folders, which ld.so.conf.d lists one per line.
+_LINE_VALUES = ("NVIDIA_DRIVER_ROOT", "DRIVER_ROOT", "NVIDIA_DEV_ROOT", "DEV_ROOT")
 
 
 def _check_script_values(env: Mapping[str, str]) -> None:
     """Refuse, naming the variable, a value that no shell script can carry (quoting handles the rest)."""
-    for name in _SCRIPT_VALUES:
+    for name in (*_SCRIPT_VALUES, *_LINE_VALUES):
         if name in env:
             try:
                 shellquote.check_value(env[name], field=name)
             except shellquote.ShellValueError as error:
                 raise SettingsError(str(error)) from error
+    for name in _LINE_VALUES:
+        if "\n" in env.get(name, ""):
+            raise SettingsError(f"{name}: {env[name]!r} holds a newline (library folders are listed one per line)")
     # The wrapper hands the CDI directories to the modifier as one ':'-separated list.
     if ":" in env.get("CDI_SPEC_DIR", ""):
         raise SettingsError(f"CDI_SPEC_DIR: {env['CDI_SPEC_DIR']!r} must not contain ':' (it separates directories)")
