@@ -183,3 +183,14 @@ def test_unknown_component_and_bad_interval(tmp_path: Path) -> None:
         Validator(ctx(tmp_path, "gpu"))
     with pytest.raises(ValidationError, match="SLEEP_INTERVAL_SECONDS: not a number"):
         Validator(ctx(tmp_path, "driver", SLEEP_INTERVAL_SECONDS="soon"))
+
+
+
+def test_a_driver_dir_no_script_can_carry_fails_validation_naming_the_variable(tmp_path: Path) -> None:
+    """An environment value with bytes that are not UTF-8 (read by Python as surrogates) is refused by name."""
+    StatusDir(tmp_path / VALIDATIONS).write(".driver-ctr-ready")
+    validator = Validator(ctx(tmp_path, "driver", DRIVER_INSTALL_DIR="/run/nvidia/dri\udcffver"))
+    validator.driver_container = lambda: True  # type: ignore[method-assign]
+    with pytest.raises(ValidationError, match=r"^driver validation: DRIVER_INSTALL_DIR: .*not valid UTF-8"):
+        asyncio.run(validator.run())
+    assert not (tmp_path / VALIDATIONS / "driver-ready").exists()

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.shellquote import ShellValueError
 from gpu_operator.agents.shared.validations import (
     DRIVER_CONTAINER_READY,
     DRIVER_READY,
@@ -128,11 +129,15 @@ class Validator:
         content = ""
         if self.component == "driver":
             host = not self.driver_container()
-            content = driver_ready_content(
-                host_driver=host,
-                driver_root="/" if host else self.driver_dir,
-                driver_root_ctr_path="/host" if host else self.driver_dir_ctr,
-            )
+            try:
+                content = driver_ready_content(
+                    host_driver=host,
+                    driver_root="/" if host else self.driver_dir,
+                    driver_root_ctr_path="/host" if host else self.driver_dir_ctr,
+                )
+            except ShellValueError as error:
+                # DRIVER_INSTALL_DIR (the policy's hostPaths.driverInstallDir) names a path no script can carry.
+                raise ValidationError(f"{self.component} validation: DRIVER_INSTALL_DIR: {error}") from error
         path = self.status.write(own, content)
         log.info("%s: passed (%s); wrote %s", self.name, summary, path)
         return summary
