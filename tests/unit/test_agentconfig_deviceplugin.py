@@ -47,7 +47,8 @@ def test_replicas_are_bounded_before_anything_is_built(replicas: str) -> None:
     assert len(message) < 200
 
 
-def test_the_largest_replica_count_is_accepted() -> None:
+def test_the_largest_replica_count_is_accepted_and_one_more_is_not() -> None:
+    assert "must be from 2 to 1024" in _one_line_error(_sharing(str(MAX_REPLICAS + 1)))
     config = parse_config(text=_sharing(str(MAX_REPLICAS)), source="cm/any")
     assert config.sharing is not None
     assert config.sharing.time_slicing is not None

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gpu_operator.agents.migmanager import program
-from gpu_operator.agents.migmanager.config import MAX_MIG_DEVICES, MigConfigError, load, parse
+from gpu_operator.agents.migmanager.config import MAX_MIG_DEVICES, MigConfigError, parse
 from gpu_operator.agents.migmanager.reconfigure import REASON_ANNOTATION, STATE_LABEL
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.gpu.catalog import NODE_PROFILES
@@ -63,7 +63,10 @@ def test_counts_are_bounded_before_a_plan_is_built(fields: dict[str, Any], messa
     assert message in _refused({"version": "v1", "mig-configs": {"a": [_entry(**fields)]}})
 
 
-def test_the_bounds_still_take_a_full_gpu() -> None:
+def test_the_bounds_still_take_a_full_gpu_but_not_more_than_the_bound() -> None:
+    assert "the count must be" in _refused(
+        {"version": "v1", "mig-configs": {"a": [_entry(**{"mig-devices": {"1g.10gb": 65}})]}}
+    )
     configs = parse({"version": "v1", "mig-configs": {"a": [_entry(**{"mig-devices": {"1g.10gb": 7}})]}})
     assert configs["a"][0].mig_devices == (("1g.10gb", 7),)
     assert MAX_MIG_DEVICES >= 8
@@ -146,10 +149,3 @@ def test_a_bad_config_fails_its_run_and_leaves_the_gpus_as_the_last_good_one_mad
     assert ("MigConfigFailed", reason) in ctx.cluster.events
     geometry = [Counter(m.profile for m in ctx.gpu.mig_devices(d.index)) for d in ctx.gpu.devices()]
     assert geometry == [Counter({"1g.5gb": 7})] * 2
-
-
-def test_load_refuses_yaml_the_parser_cannot_read_in_one_line() -> None:
-    with pytest.raises(MigConfigError) as caught:
-        load("version: v1\nmig-configs:\n  a:\n  - devices: all\n    mig-enabled: true\n    1: x\n", source="f")
-    assert str(caught.value).startswith("f")
-    assert "\n" not in str(caught.value)
