@@ -31,8 +31,13 @@ CHAOS_TESTS = (
     "tests/chaos",
     "tests/e2e/test_driver_container_real_nodes.py::test_a_driver_upgrade_evicts_the_workload_first_and_ends_upgrade_done",
 )
-PROPERTY_TESTS = ("tests/unit/test_properties_inputs.py", "tests/unit/test_properties_host_configs.py")
-_HEADER = re.compile(r"^(tests/\S+\.py)::(test_\w+):\s*$")
+PROPERTY_TESTS = (
+    "tests/unit/test_properties_inputs.py",
+    "tests/unit/test_properties_host_configs.py",
+    "tests/unit/test_properties_hostile.py",
+)
+#: A property's header in Hypothesis's statistics; a parametrized one carries its parser in brackets.
+_HEADER = re.compile(r"^(tests/\S+\.py)::(test_\w+(?:\[[^\]]*\])?):\s*$")
 _COUNTS = re.compile(r"(\d+) passing, (\d+) failing")
 
 
@@ -67,10 +72,18 @@ def _cell(text: str) -> str:
 
 
 def markdown(
-    *, tried: list[Tried], examples: int, command: str, now: str, faults: dict[str, Any], outage: float
+    *,
+    tried: list[Tried],
+    examples: int,
+    command: str,
+    now: str,
+    faults: dict[str, Any],
+    outage: float,
+    bad_inputs: str,
 ) -> str:
     rows = [
-        f"| `{t.test.split('::')[1]}` | `{t.test.split('::')[0].rsplit('/', 1)[1]}` | {t.passing:,} | {t.failing} |"
+        f"| `{_cell(t.test.split('::')[1])}` | `{t.test.split('::')[0].rsplit('/', 1)[1]}` | {t.passing:,} | "
+        f"{t.failing} |"
         for t in tried
     ]
     total = sum(t.passing + t.failing for t in tried)
@@ -90,14 +103,28 @@ def markdown(
             "Property tests (Hypothesis): each case is a valid sample with one field replaced by a random value "
             "or an unknown field added, or arbitrary text or bytes. A case passes when the input is accepted, or "
             "refused with an error naming the file (and, for manifests, the field); any other exception, or a "
-            "host config that does not round-trip byte for byte, fails it. The properties are in "
-            "`tests/unit/test_properties_inputs.py` and `tests/unit/test_properties_host_configs.py`.",
+            "host config that does not round-trip byte for byte, fails it. The hostile properties write one of "
+            "a list of hostile fragments (nesting thousands deep, integers of thousands of digits, bytes that are "
+            "not UTF-8, non-string and duplicate keys, aliases, YAML 1.1 booleans, trailing newlines, huge counts, "
+            "path traversal, shell metacharacters) into a valid file of each parser's input and read it the way "
+            "the product does; the error must be one line naming the file (or the pod). The properties are in "
+            "`tests/unit/test_properties_inputs.py`, `tests/unit/test_properties_host_configs.py` and "
+            "`tests/unit/test_properties_hostile.py`.",
             "",
             "| property | file | cases passed | cases failed (crashes) |",
             "|---|---|---:|---:|",
             *rows,
             "",
             f"{total:,} cases in all, {crashes} failed.",
+            "",
+            "### Bad inputs, one by one",
+            "",
+            "`hack/bad-inputs.py` (also `tests/unit/test_bad_inputs.py` in `make test`) runs each hand-written "
+            "bad input through its entry point: the command line for files, an agent's loader for its config "
+            "file, the parser of an annotation's text. Each must end in one error line naming the file or object "
+            "and the field, within 1 s of CPU, with nothing changed on disk. `<dir>` is the case's directory.",
+            "",
+            bad_inputs,
             "",
             "## Faults",
             "",
@@ -151,8 +178,22 @@ def main(argv: list[str] | None = None) -> int:
         faults = json.loads(args.faults_from.read_text(encoding="utf-8"))
         args.outage = max((float(f.get("outage_seconds", 0)) for f in faults.values()), default=args.outage)
         command = f"make chaos; python hack/reliability.py --examples {args.examples} --faults-from {args.faults_from}"
+    cases = subprocess.run(
+        [sys.executable, "hack/bad-inputs.py", "--markdown"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    if cases.returncode != 0:
+        sys.stderr.write(f"a bad input was not refused as it should be:\n{cases.stdout[-4000:]}{cases.stderr}")
+        return cases.returncode
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    text = markdown(tried=tried, examples=args.examples, command=command, now=now, faults=faults, outage=args.outage)
+    text = markdown(
+        tried=tried,
+        examples=args.examples,
+        command=command,
+        now=now,
+        faults=faults,
+        outage=args.outage,
+        bad_inputs=cases.stdout.strip() + "\n\n" + cases.stderr.strip() + ".",
+    )
     tmp = args.output.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(args.output)

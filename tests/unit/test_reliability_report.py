@@ -38,6 +38,11 @@ tests/unit/test_properties_host_configs.py::test_b:
     - 12 passing, 1 failing, and 1 invalid test cases
   - during shrink phase (0.20 seconds):
     - 0 passing, 4 failing, and 0 invalid test cases
+
+tests/unit/test_properties_hostile.py::test_c[device plugin config]:
+
+  - during generate phase (0.04 seconds):
+    - 7 passing, 0 failing, and 0 invalid test cases
 """
 
 
@@ -46,6 +51,7 @@ def test_counts_are_summed_over_phases_per_test() -> None:
     assert [(t.test, t.passing, t.failing) for t in tried] == [
         ("tests/unit/test_properties_inputs.py::test_a", 1000, 0),
         ("tests/unit/test_properties_host_configs.py::test_b", 12, 5),
+        ("tests/unit/test_properties_hostile.py::test_c[device plugin config]", 7, 0),
     ]
 
 
@@ -62,9 +68,14 @@ FAULTS = {
 
 def test_the_report_says_the_totals_and_every_fault_class() -> None:
     tried = RELIABILITY.parse_statistics(STATISTICS)
-    text = RELIABILITY.markdown(tried=tried, examples=1000, command="cmd", now="now", faults=FAULTS, outage=120)
+    cases = "| entry point | input | error (one line) |\n|---|---|---|\n| validate X | y | z |"
+    text = RELIABILITY.markdown(
+        tried=tried, examples=1000, command="cmd", now="now", faults=FAULTS, outage=120, bad_inputs=cases
+    )
     assert "| `test_a` | `test_properties_inputs.py` | 1,000 | 0 |" in text
-    assert "1,017 cases in all, 5 failed." in text
+    assert "| `test_c[device plugin config]` | `test_properties_hostile.py` | 7 | 0 |" in text
+    assert "1,024 cases in all, 5 failed." in text
+    assert "| validate X | y | z |" in text
     for fault in RELIABILITY.reliability_faults.FAULTS:
         assert f"| {fault.name} |" in text
 
