@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from gpu_operator.agents.multus.delegates import DelegateError, nad_conf
+from gpu_operator.agents.multus.program import env_seconds
 from gpu_operator.agents.multus.selection import MAX_NETWORKS, MultusError, parse_networks
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
+from gpu_operator.gpu.null import NullBackend
+from tests.unit.fake_context import FakeContext
 from tests.unit.test_multus_agent import FakeApi, _ask, _nad, _pod, _service
 
 WHERE = "pod team/p: annotation k8s.v1.cni.cncf.io/networks"
@@ -72,3 +76,9 @@ def test_the_shim_gets_one_line_and_the_agent_logs_no_traceback(
         answer = _ask(_service(tmp_path, api), op="delegates", cniVersion="1.0.0", ifname="eth0")
     assert answer == {"error": f"{WHERE}: not usable JSON: nested more than 32 levels deep"}
     assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_a_resync_period_that_is_not_seconds_is_refused_naming_it(tmp_path: Path) -> None:
+    ctx = FakeContext(root=tmp_path, gpu=NullBackend(reason="no GPU"), env={"MULTUS_RESYNC_SECONDS": "1" * 5000})
+    with pytest.raises(ConfigRefusedError, match=r"^MULTUS_RESYNC_SECONDS: must be a positive number of seconds"):
+        env_seconds(ctx, "MULTUS_RESYNC_SECONDS", 10.0)

@@ -18,6 +18,7 @@ from gpu_operator.agents.shared.configinput import (
     load_json,
     read_text,
 )
+from gpu_operator.agents.shared.httpserver import parse_listen
 
 
 class Events:
@@ -103,3 +104,9 @@ def test_reload_log_counts_each_new_bad_version_once_and_reports_it() -> None:
         ("ConfigRefused", "agent: cfg: second bad; keeping the last good config", True),
     ]
     assert "x_config_reload_failures_total 2\n" in log.render()
+
+
+def test_a_listen_address_with_a_huge_port_is_refused_naming_the_variable() -> None:
+    with pytest.raises(ConfigRefusedError, match=r"^DP_METRICS_LISTEN: not an address: \"?:9999"):
+        parse_listen(":" + "9" * 5000, variable="DP_METRICS_LISTEN")
+    assert parse_listen("127.0.0.1:9402", variable="DP_METRICS_LISTEN") == ("127.0.0.1", 9402)

@@ -33,6 +33,7 @@ from gpu_operator.agents.multus import install, shim
 from gpu_operator.agents.multus.service import KubeMultusApi, MultusApi, MultusService, PoolApi, start_server
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import cluster_of
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.agents.shared.podresources import OwnPodResources
 from gpu_operator.kube.client import KubeClient
 from gpu_operator.kubelet.allocation import PodDevices
@@ -104,9 +105,9 @@ def env_seconds(ctx: AgentContext, variable: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{variable}: not a number of seconds: {raw!r}") from None
+        raise ConfigRefusedError(f"{variable}: not a number of seconds: {raw[:40]!r}") from None
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{variable}: must be a positive number of seconds (got {raw!r})")
+        raise ConfigRefusedError(f"{variable}: must be a positive number of seconds (got {raw[:40]!r})")
     return value
 
 

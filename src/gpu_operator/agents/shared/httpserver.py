@@ -21,6 +21,8 @@ import ssl
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe
+
 log = logging.getLogger(__name__)
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _MAX_LINE = 8192
@@ -73,8 +75,11 @@ Routes = Mapping[str, Callable[[], Page]]
 def parse_listen(text: str, *, variable: str = "DCGM_EXPORTER_LISTEN") -> tuple[str, int]:
     """``host:port`` / ``:port`` / ``[v6]:port`` -> (host, port); an empty host listens everywhere."""
     host, sep, port = text.strip().rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"{variable}: not an address: {text!r} (expected e.g. :9400 or 127.0.0.1:9400)")
+    # At most 5 ASCII digits: int() of thousands of digits fails with a message that names nothing.
+    if not sep or not (port.isascii() and port.isdigit()) or len(port) > 5 or int(port) > 65535:
+        raise ConfigRefusedError(
+            f"{variable}: not an address: {describe(text)} (expected e.g. :9400 or 127.0.0.1:9400)"
+        )
     return host.strip("[]"), int(port)
 
 
