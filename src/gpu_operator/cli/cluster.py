@@ -18,7 +18,9 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from gpu_operator.localcluster.binaries import CONTROL_PLANE, BinariesNotFoundError, KubeBinaries, locate_binaries
 from gpu_operator.localcluster.cluster import DEFAULT_START_TIMEOUT, LocalCluster
@@ -67,9 +69,10 @@ def _summary(*, title: str, server: str, kubeconfig: str, state_dir: Path, secon
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("API server", server)
-    table.add_row("kubeconfig", kubeconfig)
-    table.add_row("state dir", str(state_dir))
+    # Paths and addresses are shown as they are: a directory named "[red]" is not rich markup.
+    table.add_row("API server", Text(server))
+    table.add_row("kubeconfig", Text(kubeconfig))
+    table.add_row("state dir", Text(str(state_dir)))
     if seconds is not None:
         table.add_row("started in", f"{seconds:.1f} s")
     return table
@@ -161,7 +164,7 @@ def up_command(
                 seconds=cluster.timings.get("total"),
             )
         )
-        console.print(f"Logs in [cyan]{cluster.layout.log_dir}[/]. Press [bold]Ctrl-C[/] to stop.")
+        console.print(f"Logs in [cyan]{escape(str(cluster.layout.log_dir))}[/]. Press [bold]Ctrl-C[/] to stop.")
 
     spinner.start()
     try:
@@ -212,7 +215,7 @@ def _up_detached(
             seconds=state.start_seconds,
         )
     )
-    console.print(f"Stop it with [bold]gpu-operator cluster down --state-dir {state_dir}[/].")
+    console.print(f"Stop it with [bold]gpu-operator cluster down --state-dir {escape(str(state_dir))}[/].")
 
 
 @cluster_group.command(name="down")
@@ -225,7 +228,7 @@ def down_command(state_dir: Path | None, timeout: float) -> None:
     if state is None or not state.owner_alive():
         if state is not None:
             remove_state(state_dir=directory)
-        console.print(f"No cluster is running (state dir {directory}).")
+        console.print(f"No cluster is running (state dir {directory}).", markup=False)
         return
     with console.status(f"Stopping the cluster (pid {state.pid})…"):
         clean = terminate_owner(state=state, timeout=timeout)
@@ -243,12 +246,12 @@ def status_command(state_dir: Path | None) -> None:
     directory = _state_dir(state_dir)
     state = read_state(state_dir=directory)
     if state is None:
-        console.print(f"No cluster (state dir {directory}).")
+        console.print(f"No cluster (state dir {directory}).", markup=False)
         raise SystemExit(1)
     alive = state.owner_alive()
     console.print(_status_table(state=state, alive=alive, state_dir=directory))
     if state.error:
-        err_console.print(f"[red]error:[/] {state.error}")
+        err_console.print(f"[red]error:[/] {escape(state.error)}")
     if not alive or state.phase != PHASE_READY:
         raise SystemExit(1)
 
@@ -260,11 +263,13 @@ def _status_table(*, state: ClusterState, alive: bool, state_dir: Path) -> Table
     table = Table(title=f"Local cluster: [{colour}]{phase}[/]", title_justify="left")
     for column in ("component", "pid", "running", "log"):
         table.add_column(column)
-    table.add_row("(owner)", str(state.pid), _yes_no(alive), str(state_dir / SUPERVISOR_LOG) if state.detached else "")
+    table.add_row(
+        "(owner)", str(state.pid), _yes_no(alive), Text(str(state_dir / SUPERVISOR_LOG) if state.detached else "")
+    )
     for name, component in state.components.items():
         running = component.pid is not None and process_alive(component.pid)
-        table.add_row(name, str(component.pid or "-"), _yes_no(running), component.log)
-    table.caption = f"server {state.server or '-'}  kubeconfig {state.kubeconfig or '-'}  uptime {uptime}"
+        table.add_row(Text(name), str(component.pid or "-"), _yes_no(running), Text(component.log))
+    table.caption = Text(f"server {state.server or '-'}  kubeconfig {state.kubeconfig or '-'}  uptime {uptime}")
     return table
 
 

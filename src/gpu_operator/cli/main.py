@@ -1,10 +1,14 @@
 """Entry point of the ``gpu-operator`` command.
 
-Each subcommand lives in its own module and is registered here; later issues add ``render``,
-``operator``, ``agent NAME`` and ``status``.
+Each subcommand lives in its own module and is registered here. The group turns the failures a user
+causes or can fix (a kubeconfig that is missing or wrong, an API server that cannot be reached, speaks
+TLS it cannot verify or answers 401/403, a file that cannot be read) into one ``Error:`` line and exit
+status 1, never a traceback; any other exception is a bug and surfaces as one.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
@@ -22,7 +26,26 @@ from gpu_operator.cli.status import status_command
 from gpu_operator.cli.upgrade import upgrade_group
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Cli(click.Group):
+    """The command group, with one line for the known failures of any subcommand."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OSError as error:
+            # A file named in a kubeconfig (certificate, token) or written by a command: name it.
+            where = f"{error.filename}: " if error.filename else ""
+            raise click.ClickException(f"{where}{error.strerror or error}") from error
+        except Exception as error:
+            from gpu_operator.kube.errors import describe  # noqa: PLC0415 - the offline commands stay light
+
+            line = describe(error)
+            if line is None:
+                raise
+            raise click.ClickException(line) from error
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gpu-operator")
 def cli() -> None:
     """A Kubernetes GPU operator, API-compatible with NVIDIA's GPU Operator."""

@@ -8,7 +8,8 @@ DaemonSets render all the same (they select no node), a driver image tagged per 
 The output is multi-document YAML in apply order, each object preceded by a comment naming its
 state; disabled states appear as comments only. References to objects that are not in the cluster
 cannot be checked offline; notes and routing problems go to standard error. Exit status 1 when a
-document is invalid or the policy cannot be rendered (the message names the field).
+document is invalid or the policy cannot be rendered (the message names the field). Both files are
+read through :mod:`gpu_operator.cli.inputs` (regular files of at most 4 MiB of UTF-8 YAML).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import yaml
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.nvidiadriver import NVIDIADriver
-from gpu_operator.api.validation import DocumentError, load_file, validate_document
+from gpu_operator.api.validation import DocumentError, validate_document
+from gpu_operator.cli.inputs import InputError, read_documents
 from gpu_operator.render import ClusterFacts, OperatorSettings, RenderError, facts_from_nodes, node_info, render
 from gpu_operator.render.facts import DEFAULT_AGENT_IMAGE, NodeInfo
 from gpu_operator.render.nvidiadriver import nvidiadriver_active, render_drivers
@@ -61,12 +63,12 @@ def dump_manifests(objects: Iterable[dict[str, Any]], *, comment: str | None = N
 
 
 def _nodes(path: Path) -> list[NodeInfo]:
-    docs = load_file(path)
+    docs = read_documents(path)
     items: list[Any] = []
     for doc in docs:
         if isinstance(doc, list):
             items += doc
-        elif isinstance(doc, dict) and doc.get("kind", "").endswith("List"):
+        elif isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List"):
             items += doc.get("items") or []
         else:
             items.append(doc)
@@ -79,7 +81,7 @@ def _documents(path: Path) -> tuple[ClusterPolicy | None, list[NVIDIADriver]]:
     policy: ClusterPolicy | None = None
     drivers: list[NVIDIADriver] = []
     errors = []
-    for index, doc in enumerate(load_file(path)):
+    for index, doc in enumerate(read_documents(path)):
         result = validate_document(doc, source=f"{path}#{index}")
         if not result.ok:
             errors += [f"{result.source}: {result.kind} {result.name}: {e}" for e in result.errors]
@@ -149,13 +151,13 @@ def render_text(
     "--policy",
     "policy_file",
     required=True,
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=click.Path(path_type=Path),
     help="ClusterPolicy and/or NVIDIADriver manifests.",
 )
 @click.option(
     "--nodes",
     "nodes_file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=click.Path(path_type=Path),
     help="Node objects the cluster facts are taken from (YAML list, v1/List or documents).",
 )
 @click.option("--namespace", default="gpu-operator", show_default=True, help="The operator namespace.")
@@ -191,7 +193,7 @@ def render_command(
             operator=operator,
             warn=lambda line: click.echo(line, err=True),
         )
-    except (DocumentError, RenderError) as exc:
-        click.echo(f"error: {exc}", err=True)
+    except (DocumentError, RenderError, InputError) as exc:
+        click.echo(f"error: {exc.message if isinstance(exc, InputError) else exc}", err=True)
         sys.exit(1)
     click.echo(text, nl=False)

@@ -15,6 +15,7 @@ import asyncio
 
 import click
 
+from gpu_operator.cli.inputs import kubeconfig_option
 from gpu_operator.names import keys
 from gpu_operator.upgrade import canary as c
 from gpu_operator.upgrade.rollout import read_rollout
@@ -51,7 +52,7 @@ async def request_rollback(*, kubeconfig: str | None, namespace: str) -> str:
 
 
 @click.command("rollback")
-@click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig file (default: in-cluster or ~/.kube/config).")
+@kubeconfig_option()
 @click.option("--namespace", default="gpu-operator", show_default=True, help="The operator namespace.")
 def rollback_command(*, kubeconfig: str | None, namespace: str) -> None:
     """Return the canaries of the ClusterPolicy's driver rollout to the last good driver."""

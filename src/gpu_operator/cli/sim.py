@@ -19,8 +19,10 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpu_operator.cli.fakedriver import fake_driver_group
+from gpu_operator.cli.inputs import check_kubeconfig
 from gpu_operator.cli.logs import quiet_http_logs
 from gpu_operator.gpu.catalog import NODE_PROFILES
 from gpu_operator.kube.restclient import ClusterAccess
@@ -58,6 +60,7 @@ def _state_dir(value: Path | None) -> Path:
 
 def _kubeconfig(kubeconfig: Path | None, cluster_dir: Path | None) -> Path:
     if kubeconfig is not None:
+        check_kubeconfig(kubeconfig)  # a FIFO or /dev/zero would hang the reader: refuse it first
         return kubeconfig
     state = live_state(state_dir=(cluster_dir or cluster_state_dir()).expanduser().resolve())
     if state is None or state.kubeconfig is None:
@@ -194,7 +197,7 @@ def up_command(
         access=access, root=directory / "nodes", registry=agent_registry(), seed=seed, name_prefix=name_prefix
     )
     shown = ", ".join(filter(None, (spec, f"{nic_nodes} NIC nodes" if nic_nodes else "")))
-    with console.status(f"Registering nodes {shown}…"):
+    with console.status(Text(f"Registering nodes {shown}…")):
         simulator.start()
     try:
         names = simulator.add_nodes(requests, options=NodeOptions(gpu_plugin=gpu_plugin))
@@ -228,7 +231,9 @@ def _nodes_table(rows: list[dict[str, Any]]) -> Table:
     for row in rows:
         devices = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in row["resources"].items()) or "-"
         profile = f"{row['profile']} + {row['nics']}" if row.get("nics") else row["profile"]
-        table.add_row(row["name"], profile, str(row["ready"]), str(row["heartbeats"]), str(row["pods"]), devices)
+        # Node names come from --name-prefix: shown as they are, never as rich markup.
+        cells = (row["name"], profile, row["ready"], row["heartbeats"], row["pods"], devices)
+        table.add_row(*(Text(str(cell)) for cell in cells))
     return table
 
 
@@ -272,7 +277,7 @@ def fault_group() -> None:
 
 
 def _fault(state_dir: Path | None, body: dict[str, Any]) -> None:
-    console.print(_send(state_dir, body))
+    console.print(_send(state_dir, body), markup=False)
 
 
 node_argument = click.argument("node")

@@ -16,7 +16,9 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from gpu_operator.cli.inputs import kubeconfig_option
 from gpu_operator.names import keys
 from gpu_operator.observe.explain import NodeReport, disabled_steps, explain_node, running_init_containers
 
@@ -110,7 +112,7 @@ def _last_lines(client: Any, *, namespace: str, pods: list[dict[str, Any]]) -> d
 
 
 @click.command("status")
-@click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig file (default: in-cluster or ~/.kube/config).")
+@kubeconfig_option()
 @click.option("--namespace", help="The operator namespace (default: from the ClusterPolicy's status).")
 @click.option("--node", "node_name", help="Show the whole readiness chain of one node.")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
@@ -159,7 +161,8 @@ def print_status(
     """The human-readable answer: each policy's state, then the node table (or one node's whole chain)."""
     for p in policies:
         status = p.get("status") or {}
-        console.print(f"ClusterPolicy [bold]{p['metadata']['name']}[/bold]: {status.get('state', 'unknown')}")
+        name, state = escape(str(p["metadata"]["name"])), escape(str(status.get("state", "unknown")))
+        console.print(f"ClusterPolicy [bold]{name}[/bold]: {state}")
         for cond in status.get("conditions") or []:
             if cond.get("status") == "True":
                 console.print(f"  {cond['type']}: {cond.get('reason')}: {cond.get('message')}", markup=False)
@@ -189,6 +192,7 @@ def print_status(
     for r in reports:
         gpus = ", ".join(f"{k.removeprefix('nvidia.com/')}={v}" for k, v in sorted(r.allocatable.items())) or "0"
         mig = f"{r.mig_config} ({r.mig_state})" if r.mig_config else ""
-        waiting = escape(r.blocking) if r.blocking else "[green]ready[/green]"
-        table.add_row(r.node, r.product, gpus, r.driver, r.upgrade_state, mig, waiting)
+        waiting = Text(r.blocking) if r.blocking else Text("ready", style="green")
+        # Names and labels are the cluster's text, shown as they are (never rich markup).
+        table.add_row(*(Text(str(c)) for c in (r.node, r.product, gpus, r.driver, r.upgrade_state, mig)), waiting)
     console.print(table)

@@ -22,9 +22,12 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from gpu_operator.api.validation import DocumentError, load_file
+from gpu_operator.api.validation import validate_document
+from gpu_operator.cli.inputs import kubeconfig_option, read_documents
 from gpu_operator.cli.rollback import rollback_command
 from gpu_operator.names import network
 from gpu_operator.upgrade.drivers import CLUSTER_POLICY, DRIVERS, GPU_DRIVER, OFED_DRIVER
@@ -113,10 +116,10 @@ def _canary_line(result: Preview) -> str:
     assert canary is not None
     gates = ["validator", *(["no new XID"] if canary.xid_gate else []), *(["exporter Ready"] if canary.exporter_gate
              else []), *(["probe Job"] if canary.probe else [])]  # fmt: skip
-    line = (f"Canary stage: {', '.join(result.canaries) or 'no node to take'} first, then a soak of "
+    line = (f"Canary stage: {escape(', '.join(result.canaries)) or 'no node to take'} first, then a soak of "
             f"{_duration(canary.soak_seconds)} under the gates ({', '.join(gates)})")  # fmt: skip
     if result.halted:
-        return f"{line}; [red]{result.halted}: the rollout halts there[/red]" + (
+        return f"{line}; [red]{escape(result.halted)}: the rollout halts there[/red]" + (
             " and rolls the canaries back" if canary.auto_rollback else ""
         )
     if result.proceeds_seconds is not None:
@@ -132,12 +135,12 @@ def print_preview(console: Console, result: Preview, proposal: Proposal) -> None
     console.print(
         f"[bold]{title}[/bold]: {len(moving)} of {len(result.nodes)} node(s) in "
         f"{len(result.waves)} wave(s) (maxParallelUpgrades={knobs.max_parallel or 'unlimited'}, "
-        f"maxUnavailable={knobs.max_unavailable}); estimated {_duration(result.estimated_seconds)} "
+        f"maxUnavailable={escape(str(knobs.max_unavailable))}); estimated {_duration(result.estimated_seconds)} "
         f"at {_duration(result.install_seconds)} install + {_duration(proposal.validation_seconds)} validation "
         f"per node ({source})"
     )
     if knobs.windows is not None:
-        console.print(f"Nodes start only inside the maintenance windows: {knobs.windows.summary()}")
+        console.print(f"Nodes start only inside the maintenance windows: {escape(knobs.windows.summary())}")
     if knobs.canary is not None:
         console.print(_canary_line(result))
     waves = Table(title="Waves")
@@ -145,7 +148,7 @@ def print_preview(console: Console, result: Preview, proposal: Proposal) -> None
         waves.add_column(column)
     for wave in result.waves:
         waves.add_row(str(wave.index), _duration(wave.start_seconds), _at(proposal, wave.start_seconds),
-                      ", ".join(wave.nodes))  # fmt: skip
+                      Text(", ".join(wave.nodes)))  # fmt: skip
     console.print(waves)
     nodes = Table(title="Nodes")
     for column in ("node", "driver", "wave", "evicts", "waits for", "outcome / blockers"):
@@ -155,11 +158,12 @@ def print_preview(console: Console, result: Preview, proposal: Proposal) -> None
         if f.fast_path and f.wave is not None:
             change += " (restart only)"
         outcome = f.outcome if not f.blockers else f"{f.outcome}: " + "; ".join(f.blockers)
-        nodes.add_row(f.node, change, str(f.wave or "-"), ", ".join(f.evict) or "-", "; ".join(f.wait_for) or "-",
-                      outcome)  # fmt: skip
+        # Node, pod and version names are the cluster's text, shown as they are (never rich markup).
+        cells = (f.node, change, str(f.wave or "-"), ", ".join(f.evict) or "-", "; ".join(f.wait_for) or "-", outcome)
+        nodes.add_row(*(Text(str(cell)) for cell in cells))
     console.print(nodes)
     for note in proposal.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
 
 
 async def fetch_proposal(
@@ -186,15 +190,19 @@ async def fetch_proposal(
 
 
 def _policy(path: Path | None, *, driver: str = GPU_DRIVER) -> dict[str, Any] | None:
+    """The proposed policy in ``path``, validated offline: nothing unchecked is sent to the cluster."""
     if path is None:
         return None
     kinds = POLICY_KINDS[driver]
-    try:
-        docs = [d for d in load_file(path) if isinstance(d, dict) and d.get("kind") in kinds]
-    except DocumentError as error:
-        raise click.ClickException(str(error)) from error
+    docs = [d for d in read_documents(path) if isinstance(d, dict) and d.get("kind") in kinds]
     if len(docs) != 1:
         raise click.ClickException(f"{path}: expected one {' or '.join(kinds)}, found {len(docs)}")
+    result = validate_document(docs[0], source=str(path))
+    if not result.ok:
+        # One line per field, as ``gpu-operator validate`` prints them.
+        for error in result.errors:
+            click.echo(f"error: {result.source}: {result.kind} {result.name}: {error}", err=True)
+        raise SystemExit(1)
     return docs[0]
 
 
@@ -204,11 +212,11 @@ def upgrade_group() -> None:
 
 
 @upgrade_group.command("plan")
-@click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig file (default: in-cluster or ~/.kube/config).")
+@kubeconfig_option()
 @click.option("--namespace", help="The operator namespace (default: gpu-operator; nvidia-network-operator for ofed).")
 @click.option("--driver", type=click.Choice(DRIVERS), default=GPU_DRIVER, show_default=True,
               help="The driver: the GPU driver, or the Network Operator's OFED driver.")  # fmt: skip
-@click.option("--policy", "policy_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+@click.option("--policy", "policy_file", type=click.Path(path_type=Path),
               help="A proposed ClusterPolicy (ofed: NicClusterPolicy or NicNodePolicy); "
                    "without it, the rollout the live policy implies.")  # fmt: skip
 @click.option("--node-policy", help="ofed: preview this live NicNodePolicy's nodes instead of the NicClusterPolicy's.")
