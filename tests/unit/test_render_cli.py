@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -102,3 +103,25 @@ def test_dump_has_no_yaml_anchors() -> None:
 def test_number_like_strings_stay_strings_for_yaml_1_2_readers() -> None:
     text = dump_manifests([{"a": "1e345678", "b": "0x1f", "c": "12", "d": "abc", "e": "1.5"}])
     assert text == "---\na: '1e345678'\nb: '0x1f'\nc: '12'\nd: abc\ne: '1.5'\n"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "why"),
+    [
+        ("- {kind: Node, metadata: 5}", "Node #0: metadata: must be a mapping with the node's name"),
+        ("- {kind: Node, metadata: {name: [1]}}", "Node #0: metadata.name: must be a non-empty string"),
+        ("- {kind: Node, metadata: {name: n, labels: [a]}}", "Node #0: metadata.labels: must be a mapping of strings"),
+        ("- {kind: Node, metadata: {name: n, labels: {a: true}}}", "Node #0: metadata.labels.a: must be a string"),
+        ("- {kind: Node, metadata: {name: n}, status: {nodeInfo: 3}}", "Node #0: status.nodeInfo: must be a mapping"),
+        ("- {kind: Node, metadata: {name: n, labels: {on: 'x'}}}", "invalid YAML: key 'on' is read as a boolean"),
+    ],
+)
+def test_malformed_nodes_are_one_error_naming_the_field(tmp_path: Path, nodes: str, why: str) -> None:
+    path = tmp_path / "nodes.yaml"
+    path.write_text(nodes + "\n", encoding="utf-8")
+    result = CliRunner().invoke(render_command, ["--policy", str(SAMPLES / "clusterpolicy-minimal.yaml"),
+                                                 "--nodes", str(path)])  # fmt: skip
+    assert result.exit_code == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert why in result.stderr
+    assert result.stderr.startswith(f"error: {path}")

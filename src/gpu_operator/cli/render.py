@@ -74,7 +74,33 @@ def _nodes(path: Path) -> list[NodeInfo]:
             items.append(doc)
     if not all(isinstance(i, dict) and i.get("kind", "Node") == "Node" for i in items):
         raise DocumentError(f"{path}: expected Node objects only")
+    for index, item in enumerate(items):
+        problem = _node_problem(item)
+        if problem:
+            raise DocumentError(f"{path}: Node #{index}: {problem}")
     return [node_info(i) for i in items]
+
+
+def _node_problem(node: dict[str, Any]) -> str:
+    """What is wrong with the fields of a Node the facts are read from ("" when nothing)."""
+    meta, status = node.get("metadata"), node.get("status")
+    if not isinstance(meta, dict):
+        return "metadata: must be a mapping with the node's name"
+    if not isinstance(meta.get("name"), str) or not meta["name"]:
+        return "metadata.name: must be a non-empty string"
+    for field in ("labels", "annotations"):
+        values = meta.get(field) or {}
+        if not isinstance(values, dict):
+            return f"metadata.{field}: must be a mapping of strings"
+        wrong = next((k for k, v in values.items() if not isinstance(v, str)), None)
+        if wrong is not None:
+            return f"metadata.{field}.{wrong}: must be a string (quote it)"
+    if status is not None and not isinstance(status, dict):
+        return "status: must be a mapping"
+    info = (status or {}).get("nodeInfo")
+    if info is not None and not isinstance(info, dict):
+        return "status.nodeInfo: must be a mapping"
+    return ""
 
 
 def _documents(path: Path) -> tuple[ClusterPolicy | None, list[NVIDIADriver]]:
