@@ -120,3 +120,15 @@ def test_a_proposed_policy_with_a_duplicate_key_is_refused_naming_the_key(tmp_pa
     line = _one_error_line(CliRunner().invoke(cli, ["upgrade", "plan", "--policy", str(policy)]))
     assert "invalid YAML: duplicate key 'kind' (first at line" in line
     assert line.startswith(f"Error: {policy}:")
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(("make", "why"), CASES[:3], ids=["fifo", "device", "directory"])
+def test_cluster_up_refuses_an_image_that_is_not_a_regular_file_before_starting_anything(
+    tmp_path: Path, make: Callable[[Path], Path], why: str
+) -> None:
+    image = make(tmp_path)
+    state = tmp_path / "state"
+    result = CliRunner().invoke(cli, ["cluster", "up", "--state-dir", str(state), "--image", str(image)])
+    assert _one_error_line(result) == f"Error: {image}: {why}"
+    assert not state.exists()

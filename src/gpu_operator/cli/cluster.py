@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from gpu_operator.cli.inputs import check_regular_file
 from gpu_operator.localcluster.binaries import CONTROL_PLANE, BinariesNotFoundError, KubeBinaries, locate_binaries
 from gpu_operator.localcluster.cluster import DEFAULT_START_TIMEOUT, LocalCluster
 from gpu_operator.localcluster.process import ProcessStartError
@@ -98,7 +99,7 @@ def cluster_group() -> None:
     "--image",
     "images",
     multiple=True,
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=click.Path(path_type=Path),
     help=f"OCI archive to import into every real node (default: {DEFAULT_IMAGE} when it exists).",
 )
 @click.option(
@@ -140,6 +141,8 @@ def up_command(
         setups = [node_setup(profile=p) for p in profiles]
     except KeyError as error:
         raise click.BadParameter(str(error.args[0]), param_hint="--gpus") from error
+    for image in images:
+        check_regular_file(image)  # a FIFO or a device would hang the import into each node
     binaries = _binaries()
     node_images = list(images)
     if real_nodes and not node_images and DEFAULT_IMAGE.is_file():

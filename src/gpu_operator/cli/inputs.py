@@ -52,6 +52,16 @@ def _too_large(path: Path, size: int, limit: int) -> InputError:
     return InputError(f"{path}: too large: {size} bytes, at most {limit} bytes ({limit // 1024} KiB) are read")
 
 
+def check_regular_file(path: Path) -> None:
+    """Refuse ``path`` unless it is a regular file (for inputs read elsewhere, such as image archives)."""
+    try:
+        refused = _not_regular(path, os.stat(path).st_mode)
+    except OSError as error:
+        raise InputError(f"{path}: cannot read: {error.strerror or error}") from error
+    if refused is not None:
+        raise refused
+
+
 def read_bytes(path: Path, *, limit: int = MAX_INPUT_BYTES) -> bytes:
     """The content of regular file ``path``, at most ``limit`` bytes (InputError otherwise)."""
     try:
