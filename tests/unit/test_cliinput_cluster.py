@@ -11,6 +11,7 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import httpx2
 import pytest
 from click.testing import CliRunner, Result
@@ -18,6 +19,8 @@ from lightkube import ApiError
 
 from gpu_operator.cli.main import cli
 from gpu_operator.kube import connect
+from gpu_operator.kube.errors import describe
+from gpu_operator.kube.restclient import ApiError as RestApiError
 from tests.conftest import SAMPLES
 
 SERVER = "https://10.0.0.1:6443"
@@ -169,3 +172,12 @@ def test_an_invalid_proposed_policy_is_refused_before_any_cluster_call(
     assert result.exit_code == 1, result.output
     assert f"error: {ofed}: NicClusterPolicy Bad_Name: metadata.name: " in result.output
     assert asked == []
+
+
+def test_the_simulators_client_errors_are_described_and_nothing_else_is() -> None:
+    assert describe(RestApiError(code=403, reason="Forbidden", message="no")) == (
+        "the API server forbids this (403 Forbidden): no"
+    )
+    assert describe(httpx.ConnectError("refused")) == "the API server cannot be reached: refused"
+    assert describe(KeyError("a bug")) is None
+    assert describe(ValueError("a bug")) is None

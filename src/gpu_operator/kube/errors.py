@@ -14,8 +14,11 @@ import httpx
 import httpx2
 from lightkube import ApiError, ConfigError
 
+from gpu_operator.kube.restclient import ApiError as RestApiError
+
 _HTTP_ERRORS = (httpx.HTTPError, httpx2.HTTPError)
 _TIMEOUTS = (httpx.TimeoutException, httpx2.TimeoutException)
+_WHY = {401: "refused the credentials (401 Unauthorized)", 403: "forbids this (403 Forbidden)"}
 
 
 def _server(error: httpx.HTTPError | httpx2.HTTPError) -> str:
@@ -40,11 +43,10 @@ def describe(error: BaseException) -> str | None:
     if isinstance(error, ConfigError):
         return f"kubeconfig: {error}"
     if isinstance(error, ApiError):
-        code = error.status.code
-        why = {401: "refused the credentials (401 Unauthorized)", 403: "forbids this (403 Forbidden)"}.get(
-            code or 0, f"answered {code}"
-        )
+        why = _WHY.get(error.status.code or 0, f"answered {error.status.code}")
         return f"{_server(error)} {why}: {error.status.message or error.status.reason or ''}".rstrip(": ")
+    if isinstance(error, RestApiError):  # the simulator's own client
+        return f"the API server {_WHY.get(error.code, f'answered {error.code}')}: {error.message}".rstrip(": ")
     if isinstance(error, _HTTP_ERRORS):
         tls = _tls(error)
         if tls is not None:
