@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpu_operator.agents.deviceplugin import program
+from gpu_operator.agents.deviceplugin.health import XidPolicy
 from gpu_operator.agents.deviceplugin.plugin import DevicePlugin
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.agents.shared.nodeconfig import NamedConfigs
@@ -120,3 +121,25 @@ def test_a_reconcile_interval_that_is_not_a_number_is_refused_naming_it(tmp_path
     ctx = FakeContext(root=tmp_path, gpu=FakeBackend(devices=[]), env={"DP_RECONCILE_INTERVAL": "fast"})
     with pytest.raises(ConfigRefusedError, match=r"^DP_RECONCILE_INTERVAL: \"fast\" is not a number of seconds"):
         asyncio.run(program.main(ctx))
+
+
+def test_a_label_naming_no_config_key_is_refused_naming_the_label(tmp_path: Path) -> None:
+    ctx = FakeContext(root=tmp_path, gpu=FakeBackend(devices=[]), env={"CONFIG_FILE_SRCDIR": "/configs"})
+    ctx.path("/configs").mkdir(parents=True)
+    assert ctx.node is not None
+    ctx.node.values["nvidia.com/device-plugin.config"] = ".."
+    with pytest.raises(ConfigError, match=r"^nvidia\.com/device-plugin\.config=\.\.: not a config name"):
+        asyncio.run(NamedConfigs(ctx).settings())
+
+
+@pytest.mark.parametrize("variable", ["DP_ENABLE_HEALTHCHECKS", "DP_DISABLE_HEALTHCHECKS"])
+def test_an_xid_past_32_bits_is_refused_naming_the_variable(tmp_path: Path, variable: str) -> None:
+    with pytest.raises(ConfigRefusedError, match=rf"^{variable}: \"9999.* is not an XID \(a number below 2\^32\)$"):
+        XidPolicy.from_env({variable: "13," + "9" * 5000})
+    assert XidPolicy.from_env({variable: "all,79"}).acts_on(79) == (variable == "DP_ENABLE_HEALTHCHECKS")
+
+
+def test_a_control_character_yaml_refuses_is_reported_on_one_line() -> None:
+    message = _one_line_error("\x00version: v1\n")
+    assert message.startswith("cm/any")
+    assert "unacceptable character #x0000" in message

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from gpu_operator.agents.migmanager import program
-from gpu_operator.agents.migmanager.config import MAX_MIG_DEVICES, MigConfigError, parse
+from gpu_operator.agents.migmanager.clients import GpuClientsError, parse_clients
+from gpu_operator.agents.migmanager.config import MAX_MIG_DEVICES, MigConfigError, load, parse
 from gpu_operator.agents.migmanager.reconfigure import REASON_ANNOTATION, STATE_LABEL
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.gpu.catalog import NODE_PROFILES
@@ -149,3 +150,19 @@ def test_a_bad_config_fails_its_run_and_leaves_the_gpus_as_the_last_good_one_mad
     assert ("MigConfigFailed", reason) in ctx.cluster.events
     geometry = [Counter(m.profile for m in ctx.gpu.mig_devices(d.index)) for d in ctx.gpu.devices()]
     assert geometry == [Counter({"1g.5gb": 7})] * 2
+
+
+def test_a_gpu_clients_file_that_is_not_utf8_fails_the_run_naming_it(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, WITH_SHUTDOWN_HOST_GPU_CLIENTS="true", GPU_CLIENTS_FILE="/clients/clients.yaml")
+    ctx.path("/clients/clients.yaml").parent.mkdir(parents=True)
+    ctx.path("/clients/clients.yaml").write_bytes(b"version: v1\nsystemd-services: [\xe9]\n")
+    with pytest.raises(GpuClientsError, match=r"^/clients/clients\.yaml: not UTF-8 text \(byte 31 is 0xe9\)$"):
+        program.host_clients(ctx, program.host_services(ctx))
+
+
+def test_a_control_character_yaml_refuses_is_reported_on_one_line() -> None:
+    for parse_text, error in ((load, MigConfigError), (parse_clients, GpuClientsError)):
+        with pytest.raises(error) as caught:
+            parse_text("\x00version: v1\n", source="cm/config.yaml")
+        assert str(caught.value).startswith("cm/config.yaml")
+        assert "\n" not in str(caught.value)

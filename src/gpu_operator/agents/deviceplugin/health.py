@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe
 from gpu_operator.gpu.types import HealthEvent
 
 #: Application errors, not device faults (upstream's default ignore list).
@@ -33,8 +34,16 @@ DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
-def _xids(raw: str) -> frozenset[int]:
-    return frozenset(int(x) for x in raw.replace(" ", "").split(",") if x.isdigit())
+def _xids(raw: str, *, variable: str) -> frozenset[int]:
+    """The XIDs in a comma list; words such as ``all`` are skipped (as upstream), numbers past 32 bits refused."""
+    out = set()
+    for item in raw.replace(" ", "").split(","):
+        if not item.isdigit():
+            continue
+        if not item.isascii() or len(item) > 10 or int(item) > 0xFFFFFFFF:
+            raise ConfigRefusedError(f"{variable}: {describe(item)} is not an XID (a number below 2^32)")
+        out.add(int(item))
+    return frozenset(out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,10 +57,12 @@ class XidPolicy:
     @staticmethod
     def from_env(env: Mapping[str, str]) -> XidPolicy:
         disable = env.get("DP_DISABLE_HEALTHCHECKS", "").strip().lower()
-        forced = _xids(env.get("DP_ENABLE_HEALTHCHECKS", ""))
+        forced = _xids(env.get("DP_ENABLE_HEALTHCHECKS", ""), variable="DP_ENABLE_HEALTHCHECKS")
         if disable in ("all", "xids"):
             return XidPolicy(all_disabled=True, forced=forced)
-        return XidPolicy(ignored=DEFAULT_IGNORED_XIDS | _xids(disable), forced=forced)
+        return XidPolicy(
+            ignored=DEFAULT_IGNORED_XIDS | _xids(disable, variable="DP_DISABLE_HEALTHCHECKS"), forced=forced
+        )
 
     def acts_on(self, xid: int) -> bool:
         if xid in self.forced:
@@ -71,14 +82,14 @@ class RecoveryPolicy:
         """Raises ValueError naming the variable when a value is not understood."""
         raw = env.get("DP_RECOVER_ON_RESET", "").strip().lower() or "true"
         if raw not in _TRUE + _FALSE:
-            raise ValueError(f"DP_RECOVER_ON_RESET: expected true or false, got {raw!r}")
+            raise ConfigRefusedError(f"DP_RECOVER_ON_RESET: expected true or false, got {describe(raw)}")
         quiet = env.get("DP_RECOVER_QUIET_SECONDS", "").strip() or "0"
         try:
             seconds = float(quiet)
         except ValueError:
-            raise ValueError(f"DP_RECOVER_QUIET_SECONDS: not a number of seconds: {quiet!r}") from None
+            raise ConfigRefusedError(f"DP_RECOVER_QUIET_SECONDS: not a number of seconds: {describe(quiet)}") from None
         if not seconds >= 0:  # also refuses NaN
-            raise ValueError(f"DP_RECOVER_QUIET_SECONDS: must be 0 or more, got {quiet!r}")
+            raise ConfigRefusedError(f"DP_RECOVER_QUIET_SECONDS: must be 0 or more, got {describe(quiet)}")
         return RecoveryPolicy(on_reset=raw in _TRUE, quiet_seconds=seconds)
 
 

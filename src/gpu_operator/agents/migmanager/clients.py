@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe, one_line, read_text
 from gpu_operator.api.yamltext import YamlError, load_one
 
 log = logging.getLogger(__name__)
 _UNIT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:-_.@\\")
 
 
-class GpuClientsError(ValueError):
+class GpuClientsError(ConfigRefusedError):
     """The GPU clients file is not usable; the message names the file and the field."""
 
 
@@ -42,7 +43,7 @@ def parse_clients(text: str, *, source: str) -> GpuClients:
     try:
         data: Any = load_one(text, source=source)
     except YamlError as error:
-        raise GpuClientsError(str(error)) from error
+        raise GpuClientsError(one_line(str(error), limit=500)) from error  # PyYAML's messages span lines
     if not isinstance(data, dict):
         raise GpuClientsError(f"{source}: the top level must be a mapping with version and systemd-services")
     unknown = sorted(str(k) for k in set(data) - {"version", "systemd-services"})
@@ -56,16 +57,12 @@ def parse_clients(text: str, *, source: str) -> GpuClients:
     for i, name in enumerate(services):
         # A unit name goes on a command line: refuse anything systemd would not take as one.
         if not isinstance(name, str) or not name or not set(name) <= _UNIT:
-            raise GpuClientsError(f"{source}: systemd-services[{i}] is not a systemd unit name: {name!r}")
+            raise GpuClientsError(f"{source}: systemd-services[{i}] is not a systemd unit name: {describe(name)}")
     return GpuClients(systemd_services=tuple(dict.fromkeys(services)))
 
 
 def load_clients(path: Path, *, source: str) -> GpuClients:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise GpuClientsError(f"{source}: cannot be read: {error.strerror or error}") from error
-    return parse_clients(text, source=source)
+    return parse_clients(read_text(path, source=source, error=GpuClientsError), source=source)
 
 
 class HostServices(Protocol):

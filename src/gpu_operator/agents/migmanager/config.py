@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_operator.agents.shared.configinput import ConfigRefusedError, check_string_keys, describe
+from gpu_operator.agents.shared.configinput import ConfigRefusedError, check_string_keys, describe, one_line
 from gpu_operator.api.yamltext import YamlError, load_one
 from gpu_operator.gpu.mig import canonical_profile
 from gpu_operator.gpu.types import Device
@@ -97,7 +97,8 @@ def _entry(raw: Any, *, where: str) -> Entry:
     counts: dict[str, int] = {}
     for profile, count in mig.items():
         if not isinstance(profile, str) or not (match := PROFILE.match(profile)):
-            raise MigConfigError(f"{where}: {describe(profile)} is not a MIG profile (like 1g.10gb or 1c.2g.20gb)")
+            shown = repr(profile[:60]) if isinstance(profile, str) else describe(profile)
+            raise MigConfigError(f"{where}: {shown} is not a MIG profile (like 1g.10gb or 1c.2g.20gb)")
         if match.group(1) and int(match.group(1)) > int(match.group(2)):
             raise MigConfigError(f"{where}: {profile}: a compute instance cannot be larger than its GPU instance")
         if type(count) is not int or not 0 <= count <= MAX_MIG_DEVICES:
@@ -149,7 +150,7 @@ def load(text: str, *, source: str) -> MigConfigs:
     try:
         data = load_one(text, source=source)
     except YamlError as error:
-        raise MigConfigError(str(error)) from error
+        raise MigConfigError(one_line(str(error), limit=500)) from error  # PyYAML's messages span lines
     return parse(data, source=source)
 
 

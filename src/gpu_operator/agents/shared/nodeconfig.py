@@ -3,7 +3,8 @@
 Settings come from, in order: the command-line style overrides in the environment, ``CONFIG_FILE``
 (a single config file) or, for per-node configuration, the directory of named configs
 ``CONFIG_FILE_SRCDIR`` (a mounted ConfigMap) with the key named by the node's
-``nvidia.com/device-plugin.config`` label, falling back to ``DEFAULT_CONFIG``. Both the label and
+``nvidia.com/device-plugin.config`` label, falling back to ``DEFAULT_CONFIG`` (a key: a name with a
+``/``, ``.`` or ``..`` is refused, naming the label). Both the label and
 the files are re-read on every call, so a change reconfigures the agent without a pod restart.
 """
 
@@ -39,6 +40,8 @@ class NamedConfigs:
         name = name or env.get("DEFAULT_CONFIG", "")
         if not name:
             return None
+        if "/" in name or name in (".", ".."):  # a key of the ConfigMap, never a path out of its directory
+            raise ConfigError(f"{CONFIG_LABEL}={name[:63]}: not a config name (a key of the ConfigMap in {srcdir})")
         path = self.ctx.path(srcdir) / name
         if not path.exists():
             raise ConfigError(f"{CONFIG_LABEL}={name}: no such config in {srcdir} (keys are the ConfigMap's data)")

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe, read_text
+from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe, one_line, read_text
 from gpu_operator.api.yamltext import YamlError, load_one
 
 MigStrategy = Literal["none", "single", "mixed"]
@@ -158,7 +158,7 @@ def parse_config(*, text: str, source: str) -> ConfigFile:
     try:
         data = load_one(text, source=source)
     except YamlError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise ConfigError(one_line(str(exc), limit=500)) from exc  # PyYAML's messages span lines
     if data is None:
         data = {}
     if not isinstance(data, dict):
