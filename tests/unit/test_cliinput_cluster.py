@@ -119,6 +119,10 @@ def test_an_api_server_failure_is_one_line_naming_the_server(
          ": clusters must be a list of entries, each with a name and a cluster mapping"),
         (KUBECONFIG.replace("users:", "users: 3\nx:"),
          ": users must be a list of entries, each with a name and a user mapping"),
+        (KUBECONFIG.replace('server: "', 'certificate-authority: /nonexistent/ca.crt, server: "'),
+         ": cluster 'c' certificate-authority: /nonexistent/ca.crt: cannot read: No such file or directory"),
+        (KUBECONFIG.replace("{token: secret}", "{client-certificate: /dev/zero}"),
+         ": user 'u' client-certificate: /dev/zero: is a character device, not a regular file"),
     ],
 )  # fmt: skip
 def test_a_kubeconfig_that_cannot_work_is_one_line_naming_it(tmp_path: Path, text: str, why: str) -> None:
@@ -136,6 +140,24 @@ def test_no_kubeconfig_anywhere_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp
     for args in COMMANDS:
         line = _one_line(CliRunner().invoke(cli, args))
         assert line == "Error: kubeconfig: Configuration file ~/.kube/config not found", args
+
+
+def test_a_file_error_names_the_file_and_one_without_a_file_is_not_hidden(
+    monkeypatch: pytest.MonkeyPatch, kubeconfig: Path
+) -> None:
+    def missing(**_: object) -> object:
+        raise FileNotFoundError(2, "No such file or directory", "/var/run/token")
+
+    monkeypatch.setattr(connect, "sync_client", missing)
+    result = CliRunner().invoke(cli, ["status", "--kubeconfig", str(kubeconfig)])
+    assert _one_line(result) == "Error: /var/run/token: No such file or directory"
+
+    def nameless(**_: object) -> object:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(connect, "sync_client", nameless)
+    result = CliRunner().invoke(cli, ["status", "--kubeconfig", str(kubeconfig)])
+    assert isinstance(result.exception, FileNotFoundError)
 
 
 def test_a_programming_error_is_not_swallowed(monkeypatch: pytest.MonkeyPatch, kubeconfig: Path) -> None:

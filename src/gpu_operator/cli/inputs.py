@@ -143,6 +143,20 @@ def check_kubeconfig(path: Path) -> None:
     user = context.get("user")
     if user is not None and str(user) not in entries["users"]:
         raise InputError(f"{where}: context {current!r} names user {user!r}, which is not listed")
+    # Files the context refers to: the TLS library reports a missing one without its name.
+    referred = [("cluster", context["cluster"], cluster, "certificate-authority")]
+    if user is not None:
+        referred += [("user", user, entries["users"][str(user)], key) for key in ("client-certificate", "client-key",
+                                                                                   "tokenFile")]  # fmt: skip
+    for section, name, entry, key in referred:
+        value = entry.get(key)
+        if value is None:
+            continue
+        target = path.parent / str(value)  # relative to the kubeconfig, as kubectl reads it
+        try:
+            check_regular_file(target)
+        except InputError as error:
+            raise InputError(f"{where}: {section} {name!r} {key}: {error.message}") from error
 
 
 def _kubeconfig(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -33,9 +33,10 @@ class _Cli(click.Group):
         try:
             return super().invoke(ctx)
         except OSError as error:
-            # A file named in a kubeconfig (certificate, token) or written by a command: name it.
-            where = f"{error.filename}: " if error.filename else ""
-            raise click.ClickException(f"{where}{error.strerror or error}") from error
+            if not error.filename:
+                raise  # no file to name: a traceback says more than "No such file or directory"
+            # A file a command reads or writes (a certificate, a state directory): name it.
+            raise click.ClickException(f"{error.filename}: {error.strerror or error}") from error
         except Exception as error:
             from gpu_operator.kube.errors import describe  # noqa: PLC0415 - the offline commands stay light
 
