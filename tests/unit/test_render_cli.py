@@ -113,7 +113,10 @@ def test_number_like_strings_stay_strings_for_yaml_1_2_readers() -> None:
         ("- {kind: Node, metadata: {name: n, labels: [a]}}", "Node #0: metadata.labels: must be a mapping of strings"),
         ("- {kind: Node, metadata: {name: n, labels: {a: true}}}", "Node #0: metadata.labels.a: must be a string"),
         ("- {kind: Node, metadata: {name: n}, status: {nodeInfo: 3}}", "Node #0: status.nodeInfo: must be a mapping"),
-        ("- {kind: Node, metadata: {name: n, labels: {on: 'x'}}}", "invalid YAML: key 'on' is read as a boolean"),
+        (
+            "- {kind: Node, metadata: {name: n, labels: {on: 'x'}}}",
+            "invalid YAML: key 'on' in [0].metadata.labels is read as a boolean",
+        ),
     ],
 )
 def test_malformed_nodes_are_one_error_naming_the_field(tmp_path: Path, nodes: str, why: str) -> None:

@@ -38,7 +38,8 @@ def test_one_document_is_expected_where_one_is_read() -> None:
     [
         ("a: 1\nb: 2\na: 3\n", "in.yaml:3:1: invalid YAML: duplicate key 'a' (first at line 1)"),
         ('{"a": 1, "a": 2}', "in.yaml:1:10: invalid YAML: duplicate key 'a' (first at line 1)"),
-        ("x:\n  k: 1\n  k: 1\n", "in.yaml:3:3: invalid YAML: duplicate key 'k' (first at line 2)"),
+        ("x:\n  k: 1\n  k: 1\n", "in.yaml:3:3: invalid YAML: duplicate key 'k' in x (first at line 2)"),
+        ("x:\n- {a: [{k: 1, k: 2}]}\n", "in.yaml:2:15: invalid YAML: duplicate key 'k' in x[0].a[0] (first at line 2)"),
     ],
 )
 def test_duplicate_keys_are_refused_naming_the_key_and_both_lines(text: str, message: str) -> None:
@@ -66,7 +67,7 @@ def test_yaml_1_1_boolean_keys_are_refused_with_a_hint_to_quote_them(key: str) -
     with pytest.raises(YamlError) as raised:
         load_one(f"spec:\n  {key}: 1\n", source="in.yaml")
     assert str(raised.value) == (
-        f"in.yaml:2:3: invalid YAML: key {key!r} is read as a boolean (YAML 1.1); "
+        f"in.yaml:2:3: invalid YAML: key {key!r} in spec is read as a boolean (YAML 1.1); "
         f"quote it ('{key}') if a string is meant"
     )
     assert load_one(f"spec:\n  '{key}': 1\n", source="in.yaml") == {"spec": {key: 1}}

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
-from yaml.nodes import MappingNode, Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _STR = "tag:yaml.org,2002:str"
@@ -53,35 +53,60 @@ class _Loader(yaml.SafeLoader):
             )
         return super().compose_node(parent, index)
 
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[str, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == _MERGE:
-                continue
-            key = _string_key(key_node)
-            if key in seen:
-                raise ConstructorError(
-                    None, None, f"duplicate key {key!r} (first at line {seen[key]})", key_node.start_mark
-                )
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
+    def compose_document(self) -> Node | None:
+        node: Node | None = super().compose_document()
+        if node is not None:
+            _check_keys(node)
+        return node
 
 
-def _string_key(node: Node) -> str:
+def _check_keys(root: Node) -> None:
+    """Refuse duplicate and non-string keys anywhere in a document, naming where the mapping is.
+
+    Iterative, not recursive: the tree can be as deep as the parser allows. Without aliases it is a tree.
+    """
+    stack: list[tuple[Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, MappingNode):
+            seen: dict[str, int] = {}
+            for key_node, value in node.value:
+                if key_node.tag == _MERGE:  # ``<<: {...}``: its keys are the mapping's own
+                    stack.append((value, path))
+                    continue
+                key = _string_key(key_node, path)
+                if key in seen:
+                    raise ConstructorError(
+                        None, None, f"duplicate key {key!r}{_in(path)} (first at line {seen[key]})", key_node.start_mark
+                    )
+                seen[key] = key_node.start_mark.line + 1
+                stack.append((value, f"{path}.{key}" if path else key))
+        elif isinstance(node, SequenceNode):
+            stack.extend((item, f"{path}[{index}]") for index, item in enumerate(node.value))
+
+
+def _in(path: str) -> str:
+    return f" in {path}" if path else ""
+
+
+def _string_key(node: Node, path: str) -> str:
     """The key's text, or ConstructorError when the key would not be read as a string."""
     if not isinstance(node, ScalarNode):
-        raise ConstructorError(None, None, "a mapping key must be a string, not a collection", node.start_mark)
+        raise ConstructorError(
+            None, None, f"a mapping key{_in(path)} must be a string, not a collection", node.start_mark
+        )
     if node.tag == _BOOL or (node.style is None and node.value in _YAML11_Y_N):
         raise ConstructorError(
             None,
             None,
-            f"key {node.value!r} is read as a boolean (YAML 1.1); quote it ('{node.value}') if a string is meant",
+            f"key {node.value!r}{_in(path)} is read as a boolean (YAML 1.1); "
+            f"quote it ('{node.value}') if a string is meant",
             node.start_mark,
         )
     if node.tag != _STR:
         kind = node.tag.rsplit(":", 1)[-1]
         raise ConstructorError(
-            None, None, f"key {node.value!r} is read as {kind}, not a string; quote it", node.start_mark
+            None, None, f"key {node.value!r}{_in(path)} is read as {kind}, not a string; quote it", node.start_mark
         )
     return str(node.value)
 
