@@ -75,7 +75,7 @@ def _entry(raw: Any, *, where: str) -> Entry:
     enabled: bool = raw["mig-enabled"]
     filters = raw.get("device-filter", [])
     filters = [filters] if isinstance(filters, str) else filters
-    if not isinstance(filters, list) or not all(isinstance(f, str) and _PCI_ID.match(f) for f in filters):
+    if not isinstance(filters, list) or not all(isinstance(f, str) and _PCI_ID.fullmatch(f) for f in filters):
         raise MigConfigError(f"{where}: device-filter must be a PCI ID like 0x20B010DE or a list of them")
     if len(filters) > MAX_FILTERS:
         raise MigConfigError(f"{where}: device-filter: at most {MAX_FILTERS} PCI IDs, got {len(filters)}")
@@ -96,7 +96,7 @@ def _entry(raw: Any, *, where: str) -> Entry:
         raise MigConfigError(f"{where}: mig-devices must be empty when mig-enabled is false")
     counts: dict[str, int] = {}
     for profile, count in mig.items():
-        if not isinstance(profile, str) or not (match := PROFILE.match(profile)):
+        if not isinstance(profile, str) or not (match := PROFILE.fullmatch(profile)):
             shown = repr(profile[:60]) if isinstance(profile, str) else describe(profile)
             raise MigConfigError(f"{where}: {shown} is not a MIG profile (like 1g.10gb or 1c.2g.20gb)")
         if match.group(1) and int(match.group(1)) > int(match.group(2)):

@@ -71,7 +71,7 @@ def _text_entry(item: str, *, pod: str, index: int) -> tuple[str, str, str]:
     name = names[0].strip()
     interface = names[1].strip() if len(names) == 2 else ""
     for what, value in (("namespace", namespace), ("name", name), ("interface", interface)):
-        if value and not _LABEL.match(value):
+        if value and not _LABEL.fullmatch(value):
             raise MultusError(f"{where}: {what} {value!r} is not a DNS-1123 label (lower case a-z, 0-9 and '-')")
     if not name:
         raise MultusError(f"{where}: the network name is empty")
@@ -105,7 +105,7 @@ def _json_entry(obj: Any, *, pod: str, index: int) -> dict[str, Any]:
         raise MultusError(f"{where}: name is required")
     namespace = _string(obj, "namespace", where=where)
     for what, value in (("namespace", namespace), ("name", name)):
-        if value and not _LABEL.match(value):
+        if value and not _LABEL.fullmatch(value):
             raise MultusError(f"{where}: {what} {value!r} is not a DNS-1123 label (lower case a-z, 0-9 and '-')")
     cni_args = obj.get("cni-args") or {}
     if not isinstance(cni_args, dict):
@@ -150,7 +150,7 @@ def parse_networks(text: str, *, pod_namespace: str, pod_name: str) -> list[Netw
     for index, entry in enumerate(raw):
         interface = entry.pop("interface") or f"net{index + 1}"
         where = _where(pod, index, f"{entry['namespace'] or pod_namespace}/{entry['name']}")
-        if not _IFNAME.match(interface) or interface in (".", ".."):
+        if not _IFNAME.fullmatch(interface) or interface in (".", ".."):
             raise MultusError(f"{where}: interface {interface!r} is not a valid interface name")
         if interface in taken:
             raise MultusError(f"{where}: interface {interface} is already used by entry {taken[interface] + 1}")

@@ -137,7 +137,7 @@ class _Parser:
             raise self.error(path, f"expected an object, got {describe(value)}")
         self.unknown(value, _RESOURCE_KEYS, path)
         name = value.get("resourceName")
-        if not isinstance(name, str) or not NAME.match(name):
+        if not isinstance(name, str) or not NAME.fullmatch(name):
             raise self.error(f"{path}.resourceName", f"{describe(name)} must match {NAME.pattern}")
         prefix = value.get("resourcePrefix")
         if prefix is not None and not isinstance(prefix, str):

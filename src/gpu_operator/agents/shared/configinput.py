@@ -172,7 +172,7 @@ def env_int(env: Mapping[str, str], name: str, *, default: int, minimum: int, ma
     raw = env.get(name, "").strip()
     if not raw:
         return default
-    if len(raw) > MAX_INT_DIGITS or not _INTEGER.match(raw) or not minimum <= int(raw) <= maximum:
+    if len(raw) > MAX_INT_DIGITS or not _INTEGER.fullmatch(raw) or not minimum <= int(raw) <= maximum:
         raise ConfigRefusedError(f"{name}: {describe(raw)} is not a whole number from {minimum} to {maximum}")
     return int(raw)
 

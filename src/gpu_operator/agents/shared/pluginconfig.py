@@ -100,7 +100,7 @@ class SharedResource(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if len(value) > 63 or not RESOURCE_NAME.match(value):
+        if len(value) > 63 or not RESOURCE_NAME.fullmatch(value):
             raise ValueError(f"must be nvidia.com/gpu or nvidia.com/mig-<profile> (got {describe(value)})")
         return value
 

@@ -118,7 +118,7 @@ def parse_vf_range(text: str) -> tuple[str, tuple[tuple[int, int], ...]]:
     ranges: list[tuple[int, int]] = []
     for entry in spec.split(","):
         first, dash, last = entry.partition("-")
-        if not _DIGITS.match(first) or (dash and not _DIGITS.match(last)):
+        if not _DIGITS.fullmatch(first) or (dash and not _DIGITS.fullmatch(last)):
             raise ValueError(f"{_quote(entry)} is not an index (0 to {MAX_VF_INDEX}) or a range like 0-3")
         start, end = int(first), int(last) if dash else int(first)
         if end > MAX_VF_INDEX or start > MAX_VF_INDEX:
@@ -184,10 +184,10 @@ class _Reader:
         for key in sorted(set(raw) - _RESOURCE_KEYS):
             self.warn(f"{where}.{key}", "unknown key, ignored (as upstream does)")
         name = raw.get("resourceName")
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise self.fail(f"{where}.resourceName", f"must match {_NAME.pattern} (got {describe(name)})")
         prefix = raw.get("resourcePrefix") or default_prefix
-        if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
             raise self.fail(f"{where}.resourcePrefix", f"must be a DNS subdomain (got {describe(prefix)})")
         device_type = raw.get("deviceType") or NET_DEVICE
         if device_type not in DEVICE_TYPES:
