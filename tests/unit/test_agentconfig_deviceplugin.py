@@ -13,7 +13,7 @@ from gpu_operator.agents.deviceplugin.health import XidPolicy
 from gpu_operator.agents.deviceplugin.plugin import DevicePlugin
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.agents.shared.nodeconfig import NamedConfigs
-from gpu_operator.agents.shared.pluginconfig import MAX_REPLICAS, ConfigError, load_config, parse_config
+from gpu_operator.agents.shared.pluginconfig import MAX_REPLICAS, ConfigError, Settings, load_config, parse_config
 from tests.unit.fake_backend import FakeBackend
 from tests.unit.fake_context import FakeContext
 from tests.unit.test_agentconfig_shared import Events
@@ -143,3 +143,12 @@ def test_a_control_character_yaml_refuses_is_reported_on_one_line() -> None:
     message = _one_line_error("\x00version: v1\n")
     assert message.startswith("cm/any")
     assert "unacceptable character #x0000" in message
+
+
+@pytest.mark.parametrize(
+    ("variable", "field"),
+    [("DEVICE_ID_STRATEGY", "deviceIDStrategy"), ("SHARED_DEVICES_ALLOCATION_POLICY", "sharedDevicesAllocationPolicy")],
+)
+def test_an_environment_value_the_file_would_refuse_is_refused_naming_it(variable: str, field: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^{field} \({variable}\): must be .* \(got \"serial\"\)$"):
+        Settings.resolve(config=None, env={variable: "serial"})

@@ -259,7 +259,18 @@ class Settings:
         if bad or not self.device_list_strategy:
             raise ConfigError(f"deviceListStrategy: unknown strategy {bad or '(empty)'}; use {sorted(allowed)}")
         if self.mig_strategy not in ("none", "single", "mixed"):
-            raise ConfigError(f"migStrategy: must be none, single or mixed (got {self.mig_strategy!r})")
+            raise ConfigError(f"migStrategy: must be none, single or mixed (got {describe(self.mig_strategy)})")
+        # The environment bypasses the file's model: its values are checked here, naming the variable too.
+        if self.device_id_strategy not in ("uuid", "index"):
+            raise ConfigError(
+                "deviceIDStrategy (DEVICE_ID_STRATEGY): must be uuid or index "
+                f"(got {describe(self.device_id_strategy)})"
+            )
+        if self.allocation_policy not in ("distributed", "packed"):
+            raise ConfigError(
+                "sharedDevicesAllocationPolicy (SHARED_DEVICES_ALLOCATION_POLICY): must be distributed or packed "
+                f"(got {describe(self.allocation_policy)})"
+            )
         if self.sharing_mode == "mps" and not self.mps_root:
             raise ConfigError("sharing.mps needs flags.mpsRoot (or MPS_ROOT)")
         if self.sharing_mode == "mps" and self.mig_strategy == "mixed":
