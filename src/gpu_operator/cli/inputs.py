@@ -49,7 +49,8 @@ def _not_regular(path: Path, mode: int) -> InputError | None:
 
 
 def _too_large(path: Path, size: int, limit: int) -> InputError:
-    return InputError(f"{path}: too large: {size} bytes, at most {limit} bytes ({limit // 1024} KiB) are read")
+    stated = f"{limit // 2**20} MiB" if limit % 2**20 == 0 else f"{limit} bytes"
+    return InputError(f"{path}: too large: {size} bytes, at most {stated} are read")
 
 
 def check_regular_file(path: Path) -> None:
