@@ -203,3 +203,16 @@ def test_the_simulators_client_errors_are_described_and_nothing_else_is() -> Non
     assert describe(httpx.ConnectError("refused")) == "the API server cannot be reached: refused"
     assert describe(KeyError("a bug")) is None
     assert describe(ValueError("a bug")) is None
+
+
+@pytest.mark.parametrize(("make", "line"), FAILURES, ids=["refused", "tls", "401", "403"])
+def test_the_crds_hook_says_which_server_failed_and_how(
+    monkeypatch: pytest.MonkeyPatch, kubeconfig: Path, make: Callable[[], Exception], line: str
+) -> None:
+    def fail(**_: object) -> object:
+        raise make()
+
+    monkeypatch.setattr(connect, "sync_client", fail)
+    result = CliRunner().invoke(cli, ["crds", "apply", "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 1
+    assert _one_line(result) == line.replace("Error: ", "error: gpu-operator crds apply: ", 1)

@@ -85,7 +85,10 @@ def _act(action: str, *, kubeconfig: str | None, timeout: float, operator: str) 
         click.echo(f"error: gpu-operator crds {action}: {error.message}", err=True)
         sys.exit(1)
     except Exception as error:  # a hook Job's log is all an administrator sees: say what failed, exit 1
-        click.echo(f"error: gpu-operator crds {action}: {type(error).__name__}: {error}", err=True)
+        from gpu_operator.kube.errors import describe  # noqa: PLC0415
+
+        why = describe(error) or f"{type(error).__name__}: {error}"
+        click.echo(f"error: gpu-operator crds {action}: {why}", err=True)
         sys.exit(1)
     for line in lines:
         click.echo(line)
