@@ -5,7 +5,9 @@ ClusterPolicy (``upgrade.proposal`` asks the API server, as a dry run, which dri
 would put out of date), it prints the waves in which nodes will be upgraded, the pods each node will
 evict or wait for, what blocks (PodDisruptionBudgets, skip labels, cordoned or unready nodes, images
 that cannot be pulled), and an estimated duration from the install time measured on the current
-driver pods. The same pure ``plan()`` the operator runs produces it. ``-o json`` for machines.
+driver pods. The same pure ``plan()`` the operator runs produces it. ``-o json`` for machines. The
+proposed policy is read through :mod:`gpu_operator.cli.inputs` and validated offline, as ``gpu-operator
+validate`` would, before anything is asked of the cluster: an invalid one never reaches the API server.
 
 ``--driver ofed`` previews the Network Operator's OFED driver instead: its NicClusterPolicy's rollout
 (or a NicNodePolicy's, ``--node-policy NAME``), a proposed NicClusterPolicy or NicNodePolicy with
