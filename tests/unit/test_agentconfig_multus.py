@@ -5,6 +5,7 @@ and the agent logs no traceback."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from gpu_operator.agents.multus.delegates import DelegateError, nad_conf
 from gpu_operator.agents.multus.program import env_seconds
 from gpu_operator.agents.multus.selection import MAX_NETWORKS, MultusError, parse_networks
+from gpu_operator.agents.multus.service import serve_connection
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.gpu.null import NullBackend
 from tests.unit.fake_context import FakeContext
@@ -82,3 +84,31 @@ def test_a_resync_period_that_is_not_seconds_is_refused_naming_it(tmp_path: Path
     ctx = FakeContext(root=tmp_path, gpu=NullBackend(reason="no GPU"), env={"MULTUS_RESYNC_SECONDS": "1" * 5000})
     with pytest.raises(ConfigRefusedError, match=r"^MULTUS_RESYNC_SECONDS: must be a positive number of seconds"):
         env_seconds(ctx, "MULTUS_RESYNC_SECONDS", 10.0)
+
+
+class _Writer:
+    """The half of a connection the service writes to, in memory."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    async def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_shim_request_nested_too_deep_gets_an_answer(tmp_path: Path) -> None:
+    async def scenario() -> bytes:
+        reader = asyncio.StreamReader(limit=1 << 20)
+        reader.feed_data(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+        reader.feed_eof()
+        writer = _Writer()
+        await serve_connection(_service(tmp_path, FakeApi({}, {})), reader, writer)  # type: ignore[arg-type]
+        return writer.data
+
+    assert json.loads(asyncio.run(scenario())) == {"error": "the request is not JSON"}

@@ -199,7 +199,7 @@ async def serve_connection(service: MultusService, reader: asyncio.StreamReader,
         line = await reader.readline()
         try:
             request = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # the shim's line is text from the node: never a traceback
             answer: JSON = {"error": "the request is not JSON"}
         else:
             answer = await service.handle(request) if isinstance(request, dict) else {"error": "not an object"}
