@@ -216,3 +216,9 @@ def test_the_crds_hook_says_which_server_failed_and_how(
     result = CliRunner().invoke(cli, ["crds", "apply", "--kubeconfig", str(kubeconfig)])
     assert result.exit_code == 1
     assert _one_line(result) == line.replace("Error: ", "error: gpu-operator crds apply: ", 1)
+
+
+def test_a_kubeconfig_list_in_the_environment_is_refused_naming_it(tmp_path: Path, kubeconfig: Path) -> None:
+    listed = f"{kubeconfig}:{tmp_path / 'other'}"
+    result = CliRunner().invoke(cli, ["status"], env={"KUBECONFIG": listed})
+    assert _one_line(result) == f"Error: kubeconfig {listed}: a list of files; name one with --kubeconfig"

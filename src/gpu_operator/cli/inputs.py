@@ -161,6 +161,9 @@ def check_kubeconfig(path: Path) -> None:
 
 
 def _kubeconfig(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value and os.pathsep in value and not Path(value).exists():
+        # kubectl merges a $KUBECONFIG list; the client library reads one file.
+        raise InputError(f"kubeconfig {value}: a list of files; name one with --kubeconfig")
     if value:
         check_kubeconfig(Path(value))  # InputError: one line, exit 1, before any client is made
     return value
