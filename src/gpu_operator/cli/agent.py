@@ -12,6 +12,7 @@ import click
 
 from gpu_operator.agents.host import HostContext
 from gpu_operator.agents.programs import PROGRAMS
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.cli.logs import quiet_http_logs
 from gpu_operator.gpu import open_backend
 from gpu_operator.kube.nodeaccess import LightkubeNode
@@ -39,5 +40,9 @@ def agent_command(name: str, gpu_backend: str, verbose: bool) -> None:
 
     try:
         asyncio.run(run())
+    except ConfigRefusedError as error:
+        # A config, file or environment value the agent refuses: its one line says which and why; a traceback
+        # would only bury it in the pod's log.
+        raise click.ClickException(f"agent {name}: {error}") from error
     finally:
         backend.close()

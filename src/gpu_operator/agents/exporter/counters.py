@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.gpu.types import Device, MigDevice, Sample
 
 Value = float | int | str | None
@@ -201,7 +202,7 @@ DCGM_FI_PROF_PCIE_RX_BYTES, gauge, PCIe bytes received per second.
 """
 
 
-class CsvError(ValueError):
+class CsvError(ConfigRefusedError):
     """The counter CSV is malformed; the message names the line."""
 
     def __init__(self, *, source: str, line: int, problem: str) -> None:

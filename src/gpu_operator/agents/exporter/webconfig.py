@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.api.yamltext import YamlError, load_one
 
 _TOP = frozenset({"tls_server_config", "basic_auth_users", "http_server_config"})
@@ -52,7 +53,7 @@ _DUMMY_HASH = b"$2b$10$qyNqjElK61ahJ81PY4nvG.bhGY5tHywiRCKp95bzrSj3f5EUL6Hsm"
 _CACHE_SIZE = 64
 
 
-class WebConfigError(ValueError):
+class WebConfigError(ConfigRefusedError):
     """The web config file is invalid; the message names the file and the key."""
 
 

@@ -16,10 +16,12 @@ import re
 import shlex
 from collections.abc import Mapping
 
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class ShellValueError(ValueError):
+class ShellValueError(ConfigRefusedError):
     """A name or value cannot be written into a shell script; the message names the field."""
 
 

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpu_operator.agents.shared import shellquote
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.agents.toolkit.containerd import Runtime
 
 RUNTIMES = ("containerd", "crio", "docker")
@@ -57,7 +58,7 @@ _TEMPLATE_V3 = re.compile(r"-v3\.toml\.tmpl$")
 _UNIT = re.compile(r"[A-Za-z0-9_:@.\\][A-Za-z0-9_:@.\\-]{0,255}")  # systemd.unit(5), no leading '-'
 
 
-class SettingsError(ValueError):
+class SettingsError(ConfigRefusedError):
     """An environment variable holds a value the toolkit cannot use (the message names it)."""
 
 
