@@ -94,3 +94,11 @@ def test_text_over_the_size_bound_is_refused_unread() -> None:
     with pytest.raises(YamlError, match=r"^big.yaml: too large: "):
         load_all("#" * (MAX_CHARS + 1), source="big.yaml")
     assert load_one("a: 123456", source="ok.yaml", max_chars=10) == {"a": 123456}
+
+
+def test_a_character_yaml_does_not_allow_is_one_line_with_its_position() -> None:
+    with pytest.raises(YamlError) as caught:
+        load_all("a: 1\nb: x\x00y\n", source="f.yaml")
+    assert str(caught.value) == (
+        "f.yaml:2:5: invalid YAML: character U+0000 is not allowed in YAML (special characters are not allowed)"
+    )

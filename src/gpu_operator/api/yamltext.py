@@ -123,9 +123,24 @@ class YamlError(ValueError):
     """Text that is not YAML we can read; the message names the source, and the line where known."""
 
 
-def _where(exc: BaseException) -> str:
+def _where(exc: BaseException, text: str) -> str:
     mark = getattr(exc, "problem_mark", None)
-    return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+    if mark is not None:
+        return f":{mark.line + 1}:{mark.column + 1}"
+    if isinstance(exc, yaml.reader.ReaderError):
+        # A character YAML does not allow: PyYAML gives only its offset in the text.
+        line = text.count("\n", 0, exc.position) + 1
+        return f":{line}:{exc.position - (text.rfind(chr(10), 0, exc.position) + 1) + 1}"
+    return ""
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    """What PyYAML says is wrong, on one line (its own text adds lines that point into the text)."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return f"character U+{code:04X} is not allowed in YAML ({exc.reason})"
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return " ".join(str(problem).split())
 
 
 def load_all(text: str, *, source: str, max_chars: int = MAX_CHARS) -> list[Any]:
@@ -135,8 +150,7 @@ def load_all(text: str, *, source: str, max_chars: int = MAX_CHARS) -> list[Any]
     try:
         return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc is not None]
     except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise YamlError(f"{source}{_where(exc)}: invalid YAML: {problem}") from exc
+        raise YamlError(f"{source}{_where(exc, text)}: invalid YAML: {_problem(exc)}") from exc
     except RecursionError as exc:
         raise YamlError(f"{source}: invalid YAML: nested too deeply") from exc
     except (ValueError, TypeError, OverflowError, AttributeError) as exc:
