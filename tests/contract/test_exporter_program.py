@@ -15,6 +15,7 @@ import pytest
 
 from gpu_operator.agents.exporter import program
 from gpu_operator.agents.exporter.program import Exporter, Settings
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.agents.shared.httpserver import parse_listen
 from gpu_operator.gpu.catalog import node_profile
 from gpu_operator.gpu.simulated import SimulatedBackend
@@ -69,13 +70,17 @@ def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
     ("env", "words"),
     [
         ({"DCGM_EXPORTER_LISTEN": "9400"}, "DCGM_EXPORTER_LISTEN: not an address"),
-        ({"DCGM_EXPORTER_INTERVAL": "fast"}, "DCGM_EXPORTER_INTERVAL: expected milliseconds"),
+        ({"DCGM_EXPORTER_INTERVAL": "fast"}, 'DCGM_EXPORTER_INTERVAL: "fast" is not a whole number from 1 to'),
+        ({"DCGM_EXPORTER_INTERVAL": "9" * 5000}, "DCGM_EXPORTER_INTERVAL: .* is not a whole number"),
+        ({"DCGM_EXPORTER_INTERVAL": "\u0661\u0660"}, "DCGM_EXPORTER_INTERVAL: .* is not a whole number"),
+        ({"DCGM_EXPORTER_INTERVAL": "0"}, 'DCGM_EXPORTER_INTERVAL: "0" is not a whole number from 1 to'),
         ({"DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE": "index"}, "uid or device-name"),
     ],
 )
 def test_bad_settings_are_named(tmp_path: Path, env: dict[str, str], words: str) -> None:
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises(ConfigRefusedError, match=words) as caught:
         Settings.from_context(FakeContext(root=tmp_path, gpu=backend(), env=env))
+    assert "\n" not in str(caught.value)
 
 
 def test_settings_defaults(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from gpu_operator.agents.exporter.pods import PodMapper
 from gpu_operator.agents.exporter.webconfig import load_web_config
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import cluster_of
+from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe, env_int
 from gpu_operator.agents.shared.httpserver import HttpServer, Page, parse_listen
 from gpu_operator.agents.shared.podresources import pod_resources_socket
 
@@ -65,12 +66,13 @@ class Settings:
         env = ctx.env
         host, port = parse_listen(env.get("DCGM_EXPORTER_LISTEN") or DEFAULT_LISTEN)
         host = host or env.get("GPU_OPERATOR_BIND_ADDRESS", "")  # see agents/runtime.py
-        raw = env.get("DCGM_EXPORTER_INTERVAL") or str(DEFAULT_INTERVAL_MS)
-        if not raw.isdigit() or int(raw) <= 0:
-            raise ValueError(f"DCGM_EXPORTER_INTERVAL: expected milliseconds > 0, got {raw!r}")
+        # Milliseconds, ASCII digits only and bounded (a day): isdigit() took Arabic-Indic digits, int() 5000 digits.
+        interval_ms = env_int(env, "DCGM_EXPORTER_INTERVAL", default=DEFAULT_INTERVAL_MS, minimum=1, maximum=86_400_000)
         id_type = env.get("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE") or "uid"
         if id_type not in ("uid", "device-name"):
-            raise ValueError(f"DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE: expected uid or device-name, got {id_type!r}")
+            raise ConfigRefusedError(
+                f"DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE: expected uid or device-name, got {describe(id_type)}"
+            )
         hostname = None
         if not true(env.get("DCGM_EXPORTER_NO_HOSTNAME")):
             hostname = env.get("NODE_NAME") or ctx.node_name or socket.gethostname()
@@ -80,7 +82,7 @@ class Settings:
         return cls(
             host=host,
             port=port,
-            interval=int(raw) / 1000.0,
+            interval=interval_ms / 1000.0,
             collectors=ctx.path(collectors) if collectors else None,
             kubernetes=true(env.get("DCGM_EXPORTER_KUBERNETES")),
             socket=pod_resources_socket(ctx, variable="DCGM_POD_RESOURCES_KUBELET_SOCKET"),
