@@ -102,3 +102,10 @@ def test_a_character_yaml_does_not_allow_is_one_line_with_its_position() -> None
     assert str(caught.value) == (
         "f.yaml:2:5: invalid YAML: character U+0000 is not allowed in YAML (special characters are not allowed)"
     )
+
+
+def test_an_integer_longer_than_an_int64_is_refused_where_it_is() -> None:
+    assert load_all("a: 9223372036854775807\n", source="f.yaml") == [{"a": 2**63 - 1}]
+    with pytest.raises(YamlError) as caught:
+        load_all("a:\n  b: " + "9" * 5000 + "\n", source="f.yaml")
+    assert str(caught.value) == "f.yaml:2:6: invalid YAML: an integer of 5000 digits; no field takes more than 19"

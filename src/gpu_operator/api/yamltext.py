@@ -39,10 +39,12 @@ _YAML11_Y_N = frozenset({"y", "Y", "n", "N"})
 
 #: The most characters read by default: far above any manifest or config (the API server takes 3 MiB).
 MAX_CHARS = 4 * 1024 * 1024
+#: The most digits an integer may have: an int64 has 19.
+MAX_INT_DIGITS = 19
 
 
 class _Loader(yaml.SafeLoader):
-    """The safe loader without implicit timestamps, aliases, duplicate or non-string keys."""
+    """The safe loader without implicit timestamps, aliases, duplicate or non-string keys, or huge integers."""
 
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
         if self.check_event(yaml.AliasEvent):
@@ -52,6 +54,17 @@ class _Loader(yaml.SafeLoader):
                 None, None, f"alias *{event.anchor} is not allowed (write the value out)", event.start_mark
             )
         return super().compose_node(parent, index)
+
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        # Python refuses to convert more than 4300 digits, and no field takes more than an int64's 19:
+        # say where the number is instead of PyYAML's conversion error with no line.
+        digits = sum(c.isdigit() for c in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise ConstructorError(
+                None, None, f"an integer of {digits} digits; no field takes more than {MAX_INT_DIGITS}", node.start_mark
+            )
+        value: int = super().construct_yaml_int(node)
+        return value
 
     def compose_document(self) -> Node | None:
         node: Node | None = super().compose_document()
@@ -117,6 +130,7 @@ _Loader.yaml_implicit_resolvers = {
 }
 # An explicit ``!!timestamp`` is then an unknown tag, refused by name, not a date PyYAML fails to build.
 _Loader.yaml_constructors = {t: c for t, c in yaml.SafeLoader.yaml_constructors.items() if t != _TIMESTAMP}
+_Loader.yaml_constructors["tag:yaml.org,2002:int"] = _Loader.construct_yaml_int
 
 
 class YamlError(ValueError):

@@ -78,7 +78,8 @@ def _flag(env: Mapping[str, str], *names: str, default: bool) -> bool:
         return True
     if lowered in ("0", "false", "no", "off"):
         return False
-    raise SettingsError(f"{names[0]}: expected true or false, got {value!r}")
+    given = next(name for name in names if name in env)  # the variable the pod set, not the first alias
+    raise SettingsError(f"{given}: expected true or false, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
