@@ -74,6 +74,7 @@ def test_the_default_clients_file_parses() -> None:
         ("version: v2\nsystemd-services: []\n", "/gpu-clients/clients.yaml: version must be v1, got 'v2'"),
         ("version: v1\nsystemd-services: dcgm.service\n", "/gpu-clients/clients.yaml: systemd-services must be a list"),
         ("version: v1\nsystemd-services: [ok.service, 'a b']\n", "systemd-services[1] is not a systemd unit name"),
+        ("version: v1\nsystemd-services: [--now]\n", "systemd-services[0] is not a systemd unit name"),
         ("version: v1\nservices: []\n", "/gpu-clients/clients.yaml: unknown field(s) services"),
         ("version: v1\nsystemd-services: [\n", "/gpu-clients/clients.yaml:3:1: invalid YAML"),
     ],
@@ -184,4 +185,4 @@ def test_systemd_runs_systemctl_in_the_host_root() -> None:
         HostServiceError, match=re.escape("systemctl start x.service failed: Unit x.service not found.")
     ):
         services.start("x.service")
-    assert seen[0] == (Path("/host"), ("systemctl", "is-active", "--quiet", "x.service"))
+    assert seen[0] == (Path("/host"), ("systemctl", "is-active", "--quiet", "--", "x.service"))

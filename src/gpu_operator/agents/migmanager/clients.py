@@ -56,7 +56,7 @@ def parse_clients(text: str, *, source: str) -> GpuClients:
         raise GpuClientsError(f"{source}: systemd-services must be a list of unit names")
     for i, name in enumerate(services):
         # A unit name goes on a command line: refuse anything systemd would not take as one.
-        if not isinstance(name, str) or not name or not set(name) <= _UNIT:
+        if not isinstance(name, str) or not name or not set(name) <= _UNIT or name.startswith("-") or len(name) > 256:
             raise GpuClientsError(f"{source}: systemd-services[{i}] is not a systemd unit name: {describe(name)}")
     return GpuClients(systemd_services=tuple(dict.fromkeys(services)))
 
@@ -97,10 +97,10 @@ class SystemdServices:
         return self._run(self.host_root, "systemctl", *args)
 
     def is_active(self, name: str) -> bool:
-        return self._systemctl("is-active", "--quiet", name).returncode == 0
+        return self._systemctl("is-active", "--quiet", "--", name).returncode == 0
 
     def _change(self, verb: str, name: str) -> None:
-        result = self._systemctl(verb, name)
+        result = self._systemctl(verb, "--", name)  # "--": a name is never read as an option
         if result.returncode != 0:
             why = (result.stderr or result.stdout).strip()[:300] or f"exit status {result.returncode}"
             raise HostServiceError(f"systemctl {verb} {name} failed: {why}")
