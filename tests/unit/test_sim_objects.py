@@ -117,7 +117,10 @@ def test_parse_node_spec() -> None:
         ("", "empty node spec"),
         ("dgx-h999:1", "unknown node profile 'dgx-h999'"),
         ("cpu-only:x", "bad node count"),
-        ("cpu-only:0", "at least 1"),
+        ("cpu-only:0", "from 1 to 50,000"),
+        ("cpu-only:50001", "from 1 to 50,000"),
+        ("cpu-only:\u0661", "bad node count"),
+        ("cpu-only:" + "9" * 5000, "bad node count"),
     ],
 )
 def test_parse_node_spec_errors(spec: str, message: str) -> None:

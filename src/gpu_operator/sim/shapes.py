@@ -27,6 +27,10 @@ class NodeRequest:
         return f"{self.profile}-{self.nics.model}" if self.nics else self.profile
 
 
+#: The most simulated nodes one profile may ask for: ten times the largest fleet the benchmarks run.
+MAX_NODES = 50_000
+
+
 def parse_node_spec(spec: str) -> list[NodeRequest]:
     """``PROFILE[:COUNT],...`` (COUNT defaults to 1); unknown profiles are an error naming the known ones."""
     requests: list[NodeRequest] = []
@@ -36,12 +40,12 @@ def parse_node_spec(spec: str) -> list[NodeRequest]:
         name, _, count_text = part.partition(":")
         if name not in NODE_PROFILES:
             raise ValueError(f"unknown node profile {name!r} in {spec!r}; known: {', '.join(sorted(NODE_PROFILES))}")
-        try:
-            count = int(count_text) if count_text else 1
-        except ValueError:
-            raise ValueError(f"bad node count {count_text!r} in {spec!r} (expected PROFILE:COUNT)") from None
-        if count < 1:
-            raise ValueError(f"node count must be at least 1 in {part!r}")
+        # ASCII digits only (int() also reads Arabic-Indic and fullwidth ones), bounded before anything is built.
+        if count_text and not (count_text.isascii() and count_text.isdigit() and len(count_text) <= 6):
+            raise ValueError(f"bad node count {count_text!r} in {spec!r} (expected PROFILE:COUNT)")
+        count = int(count_text) if count_text else 1
+        if not 1 <= count <= MAX_NODES:
+            raise ValueError(f"node count must be from 1 to {MAX_NODES:,} in {part!r}")
         requests.append(NodeRequest(profile=name, count=count))
     if not requests:
         raise ValueError("empty node spec: expected PROFILE[:COUNT],... e.g. dgx-h100:2,cpu-only:1")
