@@ -260,3 +260,16 @@ def test_plugin_reads_node_allocatable(tmp_path: Path) -> None:
     node.resources = {"cpu": "64"}
     with pytest.raises(ValidationError, match=r"\(Node node-a status.allocatable: no NVIDIA resource at all\)"):
         asyncio.run(check_plugin(ctx))
+
+
+def test_toolkit_reports_unreadable_host_files_as_problems_not_crashes(tmp_path: Path) -> None:
+    """A JSON config nested past Python's recursion limit and a CDI spec with an alias are problems named by file."""
+    write(tmp_path, "/var/run/cdi/aliased.yaml", "cdiVersion: &v 0.6.0\nkind: nvidia.com/gpu\nx: *v\n")
+    write(tmp_path, "/etc/docker/daemon.json", '{"runtimes": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ValidationError) as caught:
+        toolkit(tmp_path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "CDI spec /var/run/cdi/aliased.yaml: cannot be parsed: " in message
+    assert "alias *v is not allowed" in message
+    assert "runtime config /etc/docker/daemon.json cannot be parsed" in message

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 JSON = dict[str, Any]
 
@@ -72,7 +71,13 @@ class ClusterAccess:
 
     @classmethod
     def from_kubeconfig(cls, path: Path, *, context: str | None = None) -> ClusterAccess:
-        document: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # The shared loader (duplicate keys, aliases refused; one-line errors), imported here: the API package
+        # it lives in is heavy, and only the clients built from a kubeconfig need it.
+        from gpu_operator.api.yamltext import load_one  # noqa: PLC0415
+
+        document = load_one(path.read_text(encoding="utf-8"), source=str(path))
+        if not isinstance(document, dict):
+            raise ValueError(f"{path}: a kubeconfig is a mapping")
         name = context or document.get("current-context")
         contexts = {c["name"]: c["context"] for c in document.get("contexts", [])}
         if name not in contexts:

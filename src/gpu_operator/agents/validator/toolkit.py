@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gpu_operator.api.yamltext import load_one
 from gpu_operator.names import keys
 
 CDI_KIND = keys.GPU_RESOURCE
@@ -68,7 +67,7 @@ def _load(local: Path) -> Any:
         return tomllib.loads(text)
     if local.suffix in (".toml", ".conf"):
         return tomllib.loads(text)
-    return yaml.safe_load(text)
+    return load_one(text, source=str(local))  # refuses aliases and duplicate keys, one-line errors
 
 
 def _cdi_problem(spec: Any) -> str | None:
@@ -109,7 +108,7 @@ def check_toolkit(*, host_path: Callable[[str], Path]) -> str:
                 seen.add(local.resolve())
                 try:
                     problem = _cdi_problem(_load(local))
-                except (OSError, ValueError, yaml.YAMLError) as exc:
+                except (OSError, ValueError, RecursionError) as exc:
                     problem = f"cannot be parsed: {exc}"
                 if problem is None:
                     specs.append(f"{node_path} ({len(_load(local)['devices'])} devices)")
@@ -123,7 +122,7 @@ def check_toolkit(*, host_path: Callable[[str], Path]) -> str:
         for node_path, local in _files(host_path, pattern):
             try:
                 config = _load(local)
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON or TOML nested too deep
                 problems.append(f"runtime config {node_path} cannot be parsed: {exc}")
                 continue
             if _defines_runtime(config):
