@@ -132,3 +132,22 @@ def test_cluster_up_refuses_an_image_that_is_not_a_regular_file_before_starting_
     result = CliRunner().invoke(cli, ["cluster", "up", "--state-dir", str(state), "--image", str(image)])
     assert _one_error_line(result) == f"Error: {image}: {why}"
     assert not state.exists()
+
+
+def test_a_bad_option_is_one_line_with_the_usage_exit_status() -> None:
+    result = CliRunner().invoke(cli, ["sim", "up", "--nodes", "dgx-h100:\u0661", "--state-dir", "/nonexistent"])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "Error: Invalid value for --nodes: bad node count '\u0661' in 'dgx-h100:\u0661' (expected PROFILE:COUNT)"
+    ]
+
+
+def test_demo_checks_its_nodes_before_starting_a_control_plane(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_operator.cli import demo  # noqa: PLC0415
+
+    started: list[str] = []
+    monkeypatch.setattr(demo, "run_demo", lambda **_: started.append("demo"))
+    result = CliRunner().invoke(cli, ["demo", "--no-interactive", "--nodes", "dgx-h100:0"])
+    assert result.exit_code == 2
+    assert "Error: Invalid value for --nodes: node count must be from 1 to 50,000" in result.stderr
+    assert started == []

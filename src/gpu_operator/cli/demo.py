@@ -8,6 +8,7 @@ from rich.console import Console
 from gpu_operator.demo.network import run_network_demo
 from gpu_operator.demo.real import run_real_demo
 from gpu_operator.demo.simulated import DEFAULT_NODES, WIDE, run_demo
+from gpu_operator.sim.shapes import parse_node_spec
 
 
 @click.command("demo")
@@ -26,6 +27,10 @@ from gpu_operator.demo.simulated import DEFAULT_NODES, WIDE, run_demo
 )
 def demo_command(*, no_interactive: bool, nodes: str, in_process: bool, real_nodes: bool, network: bool) -> None:
     """Show the GPU operator working on an embedded local cluster with simulated GPU nodes."""
+    try:
+        parse_node_spec(nodes)  # checked before a control plane is started for it
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--nodes") from error
     console = Console()
     if not console.is_terminal:
         console.width = max(console.width, WIDE)  # a log or a test capture: keep the node table readable

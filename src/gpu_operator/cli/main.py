@@ -3,7 +3,8 @@
 Each subcommand lives in its own module and is registered here. The group turns the failures a user
 causes or can fix (a kubeconfig that is missing or wrong, an API server that cannot be reached, speaks
 TLS it cannot verify or answers 401/403, a file that cannot be read) into one ``Error:`` line and exit
-status 1, never a traceback; any other exception is a bug and surfaces as one.
+status 1, never a traceback; a bad option or argument is one ``Error:`` line too (exit status 2, without
+the usage text around it); any other exception is a bug and surfaces as one.
 """
 
 from __future__ import annotations
@@ -26,12 +27,22 @@ from gpu_operator.cli.status import status_command
 from gpu_operator.cli.upgrade import upgrade_group
 
 
+class _OneLineUsageError(click.ClickException):
+    """A usage error shown as its message alone, with the usage errors' exit status."""
+
+    exit_code = 2
+
+
 class _Cli(click.Group):
     """The command group, with one line for the known failures of any subcommand."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as error:
+            # A bad option or argument: click would print the usage and a hint around it; the one line that
+            # says which option and why is what a user (or a pod's log) needs.
+            raise _OneLineUsageError(error.format_message()) from error
         except OSError as error:
             if not error.filename:
                 raise  # no file to name: a traceback says more than "No such file or directory"
