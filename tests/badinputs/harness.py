@@ -24,6 +24,15 @@ from click.testing import CliRunner
 
 #: A file entry that is made as a named pipe instead of a regular file.
 FIFO = object()
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """A file entry made as a sparse file of ``size`` bytes (zeros, no disk used)."""
+
+    size: int
+
+
 CPU_LIMIT_S = 1.0
 HANG_LIMIT_S = 5.0
 
@@ -87,6 +96,8 @@ def _snapshot(root: Path) -> dict[str, bytes | str]:
         rel = str(path.relative_to(root))
         if path.is_fifo():
             out[rel] = "fifo"
+        elif path.is_file() and path.stat().st_size > 1 << 20:
+            out[rel] = f"{path.stat().st_size} bytes, mtime {path.stat().st_mtime_ns}"
         elif path.is_file():
             out[rel] = path.read_bytes()
         else:
@@ -102,8 +113,11 @@ def _make(root: Path, files: Mapping[str, bytes | object]) -> None:
             os.mkfifo(path)
         elif isinstance(content, bytes):
             path.write_bytes(content)
+        elif isinstance(content, Sparse):
+            with path.open("wb") as out:
+                out.truncate(content.size)
         else:
-            raise TypeError(f"{name}: a case file is bytes or FIFO")
+            raise TypeError(f"{name}: a case file is bytes, FIFO or Sparse")
 
 
 def run(case: Case, root: Path) -> Verdict:
