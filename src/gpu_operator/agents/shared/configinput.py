@@ -9,10 +9,10 @@ each into one line that names the source (file, annotation or variable) and, whe
 field:
 
 - :func:`read_text` reads a file as UTF-8;
-- :func:`load_json` parses JSON with integers bounded to 18 digits and nesting to ``max_depth``, and
-  refuses both naming the field;
-- :func:`check_string_keys` refuses mapping keys that are not strings (YAML's ``1: x``), naming the path;
-- :func:`describe` renders a value for an error message, short and safe for any size;
+- :func:`load_json` parses JSON with integers bounded to 18 digits, nesting to ``max_depth`` and no
+  duplicate keys, and refuses each naming the field; it, :func:`check_string_keys` (mapping keys that are
+  not strings, YAML's ``1: x``) and :func:`describe` (a value in an error message) live in
+  :mod:`gpu_operator.api.jsontext`, shared with the offline validation and the operator;
 - :func:`env_seconds` and :func:`env_int` read a bounded number from an environment variable;
 - :class:`ReloadLog` is what an agent keeps about one reloaded input: how many new bad versions it
   refused (``<prefix>config_reload_failures_total``), the last error, and the Node Events to send
@@ -21,20 +21,40 @@ field:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
+
+from gpu_operator.api.jsontext import (
+    MAX_INT_DIGITS,
+    MAX_JSON_DEPTH,
+    ErrorFactory,
+    check_string_keys,
+    describe,
+    load_json,
+    one_line,
+)
 
 log = logging.getLogger(__name__)
 
-#: The longest integer any of these inputs takes: 18 digits still fits a signed 64-bit field upstream.
-MAX_INT_DIGITS = 18
-#: How deep the JSON of a config may nest: the deepest real one (a CNI ``cni-args``) is a handful.
-MAX_JSON_DEPTH = 32
+__all__ = [
+    "MAX_INT_DIGITS",
+    "MAX_JSON_DEPTH",
+    "ConfigRefusedError",
+    "ErrorFactory",
+    "ReloadLog",
+    "check_string_keys",
+    "describe",
+    "env_int",
+    "env_seconds",
+    "load_json",
+    "one_line",
+    "read_text",
+]
+
 REFUSED_REASON = "ConfigRefused"
 _INTEGER = re.compile(r"^-?[0-9]+$")
 ACCEPTED_REASON = "ConfigAccepted"
@@ -47,48 +67,6 @@ class ConfigRefusedError(ValueError):
     can print the message alone instead of a traceback."""
 
 
-ErrorFactory = Callable[[str], Exception]
-
-
-class _Oversized:
-    """A JSON integer too long for any field: kept as its length so the field that holds it is named."""
-
-    def __init__(self, digits: int) -> None:
-        self.digits = digits
-
-    def __repr__(self) -> str:
-        return f"an integer of {self.digits} digits"
-
-
-def _parse_int(text: str) -> int | _Oversized:
-    digits = len(text.lstrip("-"))
-    return _Oversized(digits) if digits > MAX_INT_DIGITS else int(text)
-
-
-def one_line(text: str, *, limit: int = 300) -> str:
-    """``text`` on one line, at most ``limit`` characters (error messages quote user text)."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def describe(value: object, *, limit: int = 60) -> str:
-    """A short rendering of ``value`` for an error message; never fails, whatever its size or depth."""
-    if isinstance(value, bool) or value is None:
-        return json.dumps(value)
-    if isinstance(value, int):
-        if value.bit_length() > 60:
-            return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-        return str(value)
-    if isinstance(value, float | str):
-        text = json.dumps(value) if isinstance(value, str) else repr(value)
-        return text if len(text) <= limit else text[: limit - 3] + "..."
-    if isinstance(value, dict):
-        return f"an object of {len(value)} keys"
-    if isinstance(value, list | tuple):
-        return f"a list of {len(value)} items"
-    return f"a {type(value).__name__}"
-
-
 def read_text(path: Path, *, source: str, error: ErrorFactory) -> str:
     """``path`` as UTF-8 text; ``error(message)`` (naming ``source``) when it cannot be read."""
     try:
@@ -99,54 +77,6 @@ def read_text(path: Path, *, source: str, error: ErrorFactory) -> str:
         raise error(f"{source}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})") from None
     except OSError as exc:
         raise error(f"{source}: cannot read: {exc.strerror or exc}") from None
-
-
-def _path(parent: str, key: object) -> str:
-    if isinstance(key, int):
-        return f"{parent}[{key}]"
-    return f"{parent}.{key}" if parent else str(key)
-
-
-def _walk(data: Any, *, source: str, error: ErrorFactory, max_depth: int, string_keys: bool) -> None:
-    # Iterative: a recursive walk would itself fail on the nesting it is meant to refuse.
-    stack: list[tuple[Any, str, int]] = [(data, "", 1)]
-    while stack:
-        value, where, depth = stack.pop()
-        at = where or "(top level)"
-        if isinstance(value, _Oversized):
-            raise error(f"{source}: {at}: {value!r}; no field takes more than {MAX_INT_DIGITS}")
-        if not isinstance(value, dict | list):
-            continue
-        if depth > max_depth:
-            raise error(f"{source}: {at}: nested more than {max_depth} levels deep")
-        if isinstance(value, list):
-            stack.extend((item, _path(where, i), depth + 1) for i, item in enumerate(value))
-            continue
-        for key, item in value.items():
-            if string_keys and not isinstance(key, str):
-                raise error(f"{source}: {_path(where, describe(key))}: the key {describe(key)} is not a string")
-            stack.append((item, _path(where, key), depth + 1))
-
-
-def load_json(text: str, *, source: str, error: ErrorFactory, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """The JSON value in ``text``; ``error(message)`` naming ``source`` (and the field, where known) for
-    invalid JSON, an integer longer than :data:`MAX_INT_DIGITS` digits, or nesting past ``max_depth``."""
-    try:
-        data = json.loads(text, parse_int=_parse_int)
-    except json.JSONDecodeError as exc:
-        raise error(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise error(f"{source}: not usable JSON: nested more than {max_depth} levels deep") from None
-    except ValueError as exc:  # e.g. a float Python cannot read
-        raise error(f"{source}: not usable JSON: {one_line(str(exc))}") from None
-    _walk(data, source=source, error=error, max_depth=max_depth, string_keys=False)
-    return data
-
-
-def check_string_keys(data: Any, *, source: str, error: ErrorFactory, max_depth: int = MAX_JSON_DEPTH) -> None:
-    """Refuse (``error``) a mapping key that is not a string (YAML reads ``1: x`` with the int 1) or
-    nesting past ``max_depth``, naming the path."""
-    _walk(data, source=source, error=error, max_depth=max_depth, string_keys=True)
 
 
 def env_seconds(
