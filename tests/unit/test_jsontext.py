@@ -23,7 +23,10 @@ def test_a_key_twice_in_one_object_is_refused_though_json_would_keep_the_last() 
     assert (
         _refusal('[{"name": "a", "name": "b"}]') == 'src: not usable JSON: the key "name" appears twice in one object'
     )
-    assert load_json('[{"name": "a"}, {"name": "b"}]', source="src", error=RefusedError) == [{"name": "a"}, {"name": "b"}]
+    assert load_json('[{"name": "a"}, {"name": "b"}]', source="src", error=RefusedError) == [
+        {"name": "a"},
+        {"name": "b"},
+    ]
 
 
 def test_an_integer_too_long_for_any_field_is_named_by_its_path() -> None:
