@@ -27,6 +27,19 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from gpu_operator.api import k8srules as k8s
+from gpu_operator.api.k8srules import (
+    INT32,
+    Annotations,
+    EnvVarName,
+    Int64,
+    LabelKey,
+    Labels,
+    LabelValue,
+    OptionalLabelKey,
+    check_quantity,
+)
+
 
 @dataclass(frozen=True)
 class IntOrStringMarker:
@@ -65,22 +78,23 @@ class FieldRule:
     rules: tuple[Rule, ...] = field(default_factory=tuple)
 
 
-_PERCENT = re.compile(r"^(100|[1-9]?[0-9])%$")
-PERCENT_PATTERN = _PERCENT.pattern
+_PERCENT = re.compile(r"(100|[1-9]?[0-9])%")
+PERCENT_PATTERN = f"^{_PERCENT.pattern}$"
 
 
 def _int_or_percent(value: int | str) -> int | str:
     if isinstance(value, bool):
         raise PydanticCustomError("int_or_percent", "must be an integer or a percentage")
     if isinstance(value, int):
-        if value < 0:
-            raise PydanticCustomError("int_or_percent", "must be a non-negative integer or a percentage")
+        if not 0 <= value <= INT32.maximum:
+            raise PydanticCustomError("int_or_percent", "must be a non-negative int32 or a percentage")
         return value
-    if not _PERCENT.match(value):
+    # fullmatch: re's "$" also matches before a trailing newline ("50%\n" must not pass).
+    if not _PERCENT.fullmatch(value):
         raise PydanticCustomError(
             "int_or_percent",
-            "must be an integer or a percentage between 0% and 100% (got '{value}')",
-            {"value": value},
+            "must be an integer or a percentage between 0% and 100% (got {value})",
+            {"value": repr(value)},
         )
     return value
 
@@ -99,46 +113,52 @@ DNS_SUBDOMAIN_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 ObjectName = Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)]
 """The name of a ConfigMap or Secret in the operator namespace."""
 
-#: What may follow an image name: a tag (the OCI distribution grammar) or a digest (``sha256:<hex>``).
-#: A driver version is also a path element on the host (``/run/nvidia/driver`` files, repository
-#: paths), so ``../../etc/passwd`` must never pass.
-IMAGE_VERSION_PATTERN = (
-    r"^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,256})?$"
-)
-ImageVersion = Annotated[str, StringConstraints(pattern=IMAGE_VERSION_PATTERN, max_length=400)]
-"""An image tag or digest (``version`` of every image section)."""
-
-#: A label or taint key: an optional DNS-subdomain prefix and ``/``, then a name of at most 63 characters.
-_KEY_PREFIX = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-QUALIFIED_KEY_PATTERN = "^" + _KEY_PREFIX + r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-TaintKey = Annotated[str, StringConstraints(pattern=QUALIFIED_KEY_PATTERN, max_length=317)]
-"""A taint key (``startup-taint.cluster-autoscaler.kubernetes.io/nvidia-gpu``)."""
+TaintKey = LabelKey
+"""A taint key (``startup-taint.cluster-autoscaler.kubernetes.io/nvidia-gpu``): a qualified name."""
 
 #: Prose for the patterns above, used by offline validation instead of the regular expression.
 PATTERN_MESSAGES = {
     DNS_SUBDOMAIN_PATTERN: "must be a DNS subdomain name: lowercase letters, digits, '-' and '.', "
     "starting and ending with a letter or digit (e.g. my-config)",
-    IMAGE_VERSION_PATTERN: "must be an image tag (letters, digits, '_', '.' and '-', at most 128, not "
+    k8s.DNS_SUBDOMAIN_PATTERN: "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', "
+    "starting and ending with a letter or digit (e.g. my-config)",
+    k8s.DNS_LABEL_PATTERN: "must be a DNS-1123 label: lowercase letters, digits and '-', "
+    "starting and ending with a letter or digit (e.g. my-namespace)",
+    k8s.IMAGE_VERSION_PATTERN: "must be an image tag (letters, digits, '_', '.' and '-', at most 128, not "
     "starting with '.' or '-') or a digest such as sha256:<hex>",
-    QUALIFIED_KEY_PATTERN: "must be a taint key: an optional DNS subdomain prefix and '/', then at most 63 letters, "
-    "digits, '-', '_' and '.', starting and ending with a letter or digit (e.g. example.com/gpu-not-ready)",
+    k8s.IMAGE_REPOSITORY_PATTERN: "must be an image repository such as nvcr.io/nvidia (a registry host, "
+    "optionally with :port, and lowercase path components; no tag)",
+    k8s.IMAGE_REFERENCE_PATTERN: "must be an image name or reference such as driver or "
+    "nvcr.io/nvidia/driver:595.91.07 (lowercase path, optional :tag and @sha256:<hex> digest)",
+    k8s.LABEL_VALUE_PATTERN: "must be a label value: empty or letters, digits, '-', '_' and '.', "
+    "starting and ending with a letter or digit",
+    k8s.ENV_NAME_PATTERN: "must be an environment variable name: letters, digits, '_', '-' and '.', "
+    "not starting with a digit",
 }
 
-_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
-
-
-def _quantity(value: int | str) -> int | str:
-    if isinstance(value, bool) or (isinstance(value, str) and not _QUANTITY.match(value)):
-        raise PydanticCustomError(
-            "quantity",
-            "must be a Kubernetes quantity such as 500m, 2 or 1Gi (got '{value}')",
-            {"value": value},
-        )
-    return value
-
-
-Quantity = Annotated[int | str, AfterValidator(_quantity), IntOrStringMarker(pattern=_QUANTITY.pattern)]
+Quantity = Annotated[int | str, AfterValidator(check_quantity), IntOrStringMarker(pattern=k8s.QUANTITY_PATTERN)]
 """A Kubernetes resource quantity (``500m``, ``2``, ``1Gi``)."""
+
+
+_HOST_ROOT_PATTERN = f"^(/|{k8s.HOST_PATH_PATTERN[1:-1]})$"
+_HOST_ROOT_CEL = f"self == '/' || ({k8s.HOST_PATH_CEL})"
+
+HostPath = Annotated[
+    str,
+    k8s.host_path_validator(root_allowed=False),
+    StringConstraints(max_length=1024),
+    k8s.SchemaPattern(k8s.HOST_PATH_PATTERN),
+    FieldRule(rules=(Rule(cel=k8s.HOST_PATH_CEL, message=k8s.HOST_PATH_MESSAGE),)),
+]
+"""A host directory an operand mounts or writes (``/run/nvidia/mps``): see :func:`k8srules.host_path_problem`."""
+HostRoot = Annotated[
+    str,
+    k8s.host_path_validator(root_allowed=True),
+    StringConstraints(max_length=1024),
+    k8s.SchemaPattern(_HOST_ROOT_PATTERN),
+    FieldRule(rules=(Rule(cel=_HOST_ROOT_CEL, message=k8s.HOST_PATH_MESSAGE),)),
+]
+"""The host's root filesystem as the operands see it: ``/`` or another absolute, normalised path."""
 
 FreeForm = Annotated[dict[str, Any], PreserveUnknown()]
 """A core Kubernetes object passed through to pod templates (affinity, security context)."""
@@ -185,27 +205,44 @@ def section(factory: Callable[[], Any], *, description: str = "", alias: str | N
 class EnvVar(ApiModel):
     """An environment variable for an operand container (name and literal value)."""
 
-    name: str = Field(description="Name of the environment variable.", min_length=1)
+    name: EnvVarName = Field(description="Name of the environment variable.")
     value: str | None = opt(description="Value of the environment variable.")
 
 
 class ResourceRequirements(ApiModel):
     """CPU, memory and other resource limits and requests of an operand container."""
 
-    limits: dict[str, Quantity] | None = opt(description="Maximum resources, by resource name.")
-    requests: dict[str, Quantity] | None = opt(description="Minimum resources, by resource name.")
+    limits: dict[LabelKey, Quantity] | None = opt(description="Maximum resources, by resource name.")
+    requests: dict[LabelKey, Quantity] | None = opt(description="Minimum resources, by resource name.")
 
 
 class Toleration(ApiModel):
     """A pod toleration (core/v1 Toleration)."""
 
-    key: str | None = opt(description="Taint key the toleration applies to; empty matches all keys.")
+    # Offline and in the operator only (cel=None): as CEL on items of unbounded lists their estimated
+    # cost could exceed the API server's CRD budget; the API server checks them again on the pods.
+    rules = (
+        Rule(
+            cel=None,
+            message="value must be empty when operator is Exists",
+            check=lambda t: t.operator != "Exists" or not t.value,
+            field_path=".value",
+        ),
+        Rule(
+            cel=None,
+            message="operator must be Exists when key is empty (a toleration of every taint)",
+            check=lambda t: bool(t.key) or t.operator == "Exists",
+            field_path=".operator",
+        ),
+    )
+
+    key: OptionalLabelKey | None = opt(description="Taint key the toleration applies to; empty matches all keys.")
     operator: Literal["Exists", "Equal"] | None = opt(description="Exists or Equal (default Equal).")
-    value: str | None = opt(description="Taint value the toleration matches.")
+    value: LabelValue | None = opt(description="Taint value the toleration matches.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = opt(
         description="Taint effect to match; empty matches all effects."
     )
-    toleration_seconds: int | None = opt(description="How long a NoExecute taint is tolerated.")
+    toleration_seconds: Int64 | None = opt(description="How long a NoExecute taint is tolerated.")
 
 
 class Condition(ApiModel):
@@ -213,7 +250,7 @@ class Condition(ApiModel):
 
     type: str = Field(description="Type of the condition, e.g. Ready.", min_length=1)
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    observed_generation: int | None = opt(description="The .metadata.generation the condition was set from.", ge=0)
+    observed_generation: Int64 | None = opt(description="The .metadata.generation the condition was set from.", ge=0)
     last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
     reason: str = Field(description="Machine-readable CamelCase reason.", min_length=1)
     message: str = Field(description="Human-readable details.")
@@ -224,6 +261,6 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
 
-    name: str = Field(min_length=1, description="Name of the object.")
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
+    name: k8s.DNSSubdomain = Field(description="Name of the object (a DNS-1123 subdomain, as the API server requires).")
+    labels: Labels | None = None
+    annotations: Annotations | None = None

@@ -17,6 +17,8 @@ from gpu_operator.api.base import (
     ApiModel,
     Condition,
     EnvVar,
+    HostPath,
+    HostRoot,
     ObjectMeta,
     ObjectName,
     Rule,
@@ -39,6 +41,7 @@ from gpu_operator.api.components import (
     SidecarComponent,
 )
 from gpu_operator.api.corev1 import PodSecurityContext
+from gpu_operator.api.k8srules import Annotations, DNSSubdomain, Labels
 from gpu_operator.api.remediation import RemediationSpec, RemediationStatus
 from gpu_operator.api.sandbox import (
     CCManagerSpec,
@@ -77,10 +80,10 @@ class OperatorSpec(ApiModel):
     default_runtime: Literal["docker", "crio", "containerd"] | None = opt(
         description="Deprecated: the container runtime is detected from the nodes."
     )
-    runtime_class: str = Field(default="nvidia", description="Name of the RuntimeClass operands run with.")
+    runtime_class: DNSSubdomain = Field(default="nvidia", description="Name of the RuntimeClass operands run with.")
     init_container: ImageRef | None = opt(description="Deprecated init container image.")
-    labels: dict[str, str] | None = opt(description="Labels added to objects the operator creates.")
-    annotations: dict[str, str] | None = opt(description="Annotations added to objects the operator creates.")
+    labels: Labels | None = opt(description="Labels added to objects the operator creates.")
+    annotations: Annotations | None = opt(description="Annotations added to objects the operator creates.")
     metrics: OperatorMetrics | None = opt(description="Operator metrics settings.")
     use_ocp_driver_toolkit: bool | None = opt(
         alias="use_ocp_driver_toolkit", description="Build drivers with the OpenShift Driver Toolkit."
@@ -99,10 +102,10 @@ class RollingUpdate(ApiModel):
 class DaemonsetsSpec(ApiModel):
     """Settings applied to every operand DaemonSet."""
 
-    labels: dict[str, str] | None = opt(description="Labels added to operand pods (app labels are kept).")
-    annotations: dict[str, str] | None = opt(description="Annotations added to operand pods.")
+    labels: Labels | None = opt(description="Labels added to operand pods (app labels are kept).")
+    annotations: Annotations | None = opt(description="Annotations added to operand pods.")
     tolerations: list[Toleration] | None = opt(description="Tolerations that replace the operands' own.")
-    priority_class_name: str | None = opt(description="PriorityClass of operand pods.")
+    priority_class_name: DNSSubdomain | None = opt(description="PriorityClass of operand pods.")
     update_strategy: Literal["RollingUpdate", "OnDelete"] = Field(
         default="RollingUpdate",
         description="Update strategy of operand DaemonSets (the driver's is OnDelete).",
@@ -165,13 +168,13 @@ class DriverSpec(Component):
 class ToolkitSpec(Component):
     """The container toolkit operand (runtime configuration and CDI)."""
 
-    install_dir: str = Field(default="/usr/local/nvidia", description="Host directory the toolkit installs to.")
+    install_dir: HostPath = Field(default="/usr/local/nvidia", description="Host directory the toolkit installs to.")
 
 
 class MpsSpec(ApiModel):
     """MPS sharing settings of the device plugin."""
 
-    root: str = Field(default="/run/nvidia/mps", description="Host directory of the MPS control daemon.")
+    root: HostPath = Field(default="/run/nvidia/mps", description="Host directory of the MPS control daemon.")
 
 
 class DevicePluginSpec(Component):
@@ -277,9 +280,9 @@ class CDISpec(ApiModel):
 class HostPathsSpec(ApiModel):
     """Host paths the operands use."""
 
-    root_fs: str | None = opt(alias="rootFS", description="Host root filesystem (Helm default /).")
-    driver_install_dir: str | None = opt(description="Where a containerised driver is installed.")
-    kubelet_root_dir: str = Field(default="/var/lib/kubelet", description="The kubelet's root directory.")
+    root_fs: HostRoot | None = opt(alias="rootFS", description="Host root filesystem (Helm default /).")
+    driver_install_dir: HostPath | None = opt(description="Where a containerised driver is installed.")
+    kubelet_root_dir: HostPath = Field(default="/var/lib/kubelet", description="The kubelet's root directory.")
 
 
 class GPUDirectStorageSpec(SidecarComponent):

@@ -14,7 +14,6 @@ from pydantic import Field
 from gpu_operator.api.base import (
     ApiModel,
     EnvVar,
-    ImageVersion,
     IntOrPercent,
     ObjectName,
     PullPolicy,
@@ -22,8 +21,15 @@ from gpu_operator.api.base import (
     Rule,
     opt,
 )
+from gpu_operator.api.k8srules import (
+    DNSSubdomain,
+    ImageReference,
+    ImageRepository,
+    ImageVersion,
+    Int32,
+    LabelSelectorText,
+)
 
-IMAGE_NAME_PATTERN = r"^[a-zA-Z0-9\-]+$"
 #: Which program runs in an operand's containers (our extension; docs/reference/implementations.md):
 #: ``agent`` this operator's agent, ``nvidia`` NVIDIA's image as NVIDIA's operator runs it.
 Implementation = Literal["agent", "nvidia"]
@@ -62,11 +68,13 @@ class ImageRef(ApiModel):
 
     rules = (IMAGE_RULE,)
 
-    repository: str | None = opt(description="Registry and path, e.g. nvcr.io/nvidia.")
-    image: str | None = opt(description="Image name, or a full image reference when repository and version are empty.")
+    repository: ImageRepository | None = opt(description="Registry and path, e.g. nvcr.io/nvidia.")
+    image: ImageReference | None = opt(
+        description="Image name, or a full image reference when repository and version are empty."
+    )
     version: ImageVersion | None = opt(description="Image tag, or a sha256:... digest.")
     image_pull_policy: PullPolicy | None = opt(description="Pull policy (default IfNotPresent).")
-    image_pull_secrets: list[str] | None = opt(
+    image_pull_secrets: list[ObjectName] | None = opt(
         description="Names of Secrets in the operator namespace used to pull the image."
     )
 
@@ -116,11 +124,11 @@ class NamedConfig(ApiModel):
 class Probe(ApiModel):
     """Timings of a container probe."""
 
-    initial_delay_seconds: int | None = opt(description="Seconds before the first probe.", ge=0)
-    timeout_seconds: int | None = opt(description="Seconds after which a probe times out.", ge=1)
-    period_seconds: int | None = opt(description="Seconds between probes.", ge=1)
-    success_threshold: int | None = opt(description="Successes needed after a failure.", ge=1)
-    failure_threshold: int | None = opt(description="Failures before giving up.", ge=1)
+    initial_delay_seconds: Int32 | None = opt(description="Seconds before the first probe.", ge=0)
+    timeout_seconds: Int32 | None = opt(description="Seconds after which a probe times out.", ge=1)
+    period_seconds: Int32 | None = opt(description="Seconds between probes.", ge=1)
+    success_threshold: Int32 | None = opt(description="Successes needed after a failure.", ge=1)
+    failure_threshold: Int32 | None = opt(description="Failures before giving up.", ge=1)
 
 
 class DriverManager(ImageRef):
@@ -134,15 +142,15 @@ class PodDeletion(ApiModel):
     """How GPU pods are deleted from a node before its driver is upgraded."""
 
     force: bool = Field(default=False, description="Also delete pods not managed by a controller.")
-    timeout_seconds: int = Field(default=300, ge=0, description="How long to wait for deletion (0 = forever).")
+    timeout_seconds: Int32 = Field(default=300, ge=0, description="How long to wait for deletion (0 = forever).")
     delete_empty_dir: bool = Field(default=False, description="Also delete pods using emptyDir volumes.")
 
 
 class WaitForCompletion(ApiModel):
     """Jobs to let finish on a node before upgrading its driver."""
 
-    pod_selector: str | None = opt(description="Label selector of the pods to wait for.")
-    timeout_seconds: int = Field(default=0, ge=0, description="How long to wait (0 = forever).")
+    pod_selector: LabelSelectorText | None = opt(description="Label selector of the pods to wait for.")
+    timeout_seconds: Int32 = Field(default=0, ge=0, description="How long to wait (0 = forever).")
 
 
 class Drain(ApiModel):
@@ -150,20 +158,20 @@ class Drain(ApiModel):
 
     enable: bool = Field(default=False, description="Drain the node after deleting GPU pods.")
     force: bool = Field(default=False, description="Also evict pods not managed by a controller.")
-    pod_selector: str | None = opt(description="Label selector limiting which pods are drained.")
-    timeout_seconds: int = Field(default=300, ge=0, description="How long to wait for the drain (0 = forever).")
+    pod_selector: LabelSelectorText | None = opt(description="Label selector limiting which pods are drained.")
+    timeout_seconds: Int32 = Field(default=300, ge=0, description="How long to wait for the drain (0 = forever).")
     delete_empty_dir: bool = Field(default=False, description="Also evict pods using emptyDir volumes.")
 
 
 class CanaryProbe(ApiModel):
     """Extension: a Job run on each canary node once its new driver is validated; it must succeed."""
 
-    image: str = Field(min_length=1, description="The probe's container image.")
+    image: ImageReference = Field(min_length=1, description="The probe's container image.")
     image_pull_policy: PullPolicy | None = opt(description="Its pull policy (default: Kubernetes' for the tag).")
     command: list[str] | None = opt(description="Its command (default: the image's entrypoint).")
     args: list[str] | None = opt(description="Its arguments.")
-    gpus: int = Field(default=1, ge=0, description="nvidia.com/gpu the probe requests.")
-    timeout_seconds: int = Field(default=300, ge=1, description="The Job fails when it runs longer than this.")
+    gpus: Int32 = Field(default=1, ge=0, description="nvidia.com/gpu the probe requests.")
+    timeout_seconds: Int32 = Field(default=300, ge=1, description="The Job fails when it runs longer than this.")
 
 
 class CanaryGates(ApiModel):
@@ -177,10 +185,10 @@ class CanaryGates(ApiModel):
 class CanaryRollout(ApiModel):
     """Extension: upgrade a first wave, check it for a soak time, then go on; halt (and roll back) on a failure."""
 
-    nodes: int = Field(default=1, ge=1, description="How many nodes the first wave (the canaries) takes.")
-    node_names: list[str] | None = opt(description="The canary nodes by name (instead of the first by name).")
-    soak_seconds: int = Field(default=300, ge=0, description="How long the canaries run the new driver first.")
-    timeout_seconds: int = Field(
+    nodes: Int32 = Field(default=1, ge=1, description="How many nodes the first wave (the canaries) takes.")
+    node_names: list[DNSSubdomain] | None = opt(description="The canary nodes by name (instead of the first by name).")
+    soak_seconds: Int32 = Field(default=300, ge=0, description="How long the canaries run the new driver first.")
+    timeout_seconds: Int32 = Field(
         default=1800, ge=1, description="The canaries run the new driver, validated, within this or the rollout halts."
     )
     gates: CanaryGates = Field(default_factory=CanaryGates, description="The health gates checked while soaking.")
@@ -191,7 +199,7 @@ class DriverUpgradePolicy(ApiModel):
     """The rolling driver-upgrade policy (driver.upgradePolicy)."""
 
     auto_upgrade: bool = Field(default=False, description="Upgrade drivers automatically, node by node.")
-    max_parallel_upgrades: int = Field(default=1, ge=0, description="Nodes upgraded at once; 0 = unlimited.")
+    max_parallel_upgrades: Int32 = Field(default=1, ge=0, description="Nodes upgraded at once; 0 = unlimited.")
     max_unavailable: IntOrPercent = Field(
         default="25%",
         description="Most nodes (count or percentage of managed nodes) unavailable at once, incl. those upgrading.",

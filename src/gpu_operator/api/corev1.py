@@ -7,11 +7,16 @@ offline. Renderers pass them to pod templates with :func:`to_pod_field`.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, EnvVar, Quantity, Rule, opt
+from gpu_operator.api.base import ApiModel, EnvVar, ObjectName, Quantity, Rule, opt
+from gpu_operator.api.k8srules import Int32, Int64, LabelKey
+
+#: Kubernetes' bound on user and group IDs (ValidateUserID / ValidateGroupID): 0 to 2^31-1.
+_MAX_ID = 2**31 - 1
 
 
 class SELinuxOptions(ApiModel):
@@ -50,26 +55,53 @@ class PodSecurityContext(ApiModel):
     """Pod-level security attributes (core/v1 PodSecurityContext)."""
 
     app_armor_profile: Profile | None = opt(description="AppArmor profile of the containers.")
-    fs_group: int | None = opt(description="Group that owns mounted volumes.")
+    fs_group: Int64 | None = opt(description="Group that owns mounted volumes.", ge=0, le=_MAX_ID)
     fs_group_change_policy: str | None = opt(description="OnRootMismatch or Always.")
-    run_as_group: int | None = opt(description="GID the entrypoints run as.")
+    run_as_group: Int64 | None = opt(description="GID the entrypoints run as.", ge=0, le=_MAX_ID)
     run_as_non_root: bool | None = opt(description="Refuse to start containers that run as root.")
-    run_as_user: int | None = opt(description="UID the entrypoints run as.")
+    run_as_user: Int64 | None = opt(description="UID the entrypoints run as.", ge=0, le=_MAX_ID)
     se_linux_change_policy: str | None = opt(description="MountOption or Recursive.")
     se_linux_options: SELinuxOptions | None = opt(description="SELinux context of the containers.")
     seccomp_profile: Profile | None = opt(description="Seccomp profile of the containers.")
-    supplemental_groups: list[int] | None = opt(description="Extra GIDs of the first process.")
+    supplemental_groups: list[Annotated[Int64, Field(ge=0, le=_MAX_ID)]] | None = opt(
+        description="Extra GIDs of the first process."
+    )
     supplemental_groups_policy: str | None = opt(description="Merge or Strict.")
     sysctls: list[Sysctl] | None = opt(description="Namespaced sysctls of the pod.")
     windows_options: WindowsOptions | None = opt(description="Windows-specific settings.")
 
 
+def _values_fit_operator(req: NodeSelectorRequirement) -> bool:
+    count = len(req.values or ())
+    if req.operator in ("In", "NotIn"):
+        return count > 0
+    if req.operator in ("Exists", "DoesNotExist"):
+        return count == 0
+    return count == 1 and re.fullmatch(r"-?[0-9]+", (req.values or [""])[0]) is not None
+
+
 class NodeSelectorRequirement(ApiModel):
     """A key, an operator and values that a node label or field must satisfy."""
 
-    key: str = Field(description="Label key or field name.")
-    operator: str = Field(description="In, NotIn, Exists, DoesNotExist, Gt or Lt.")
-    values: list[str] | None = opt(description="Values for In/NotIn (one integer for Gt/Lt).")
+    rules = (
+        Rule(
+            # Offline and in the operator only: nested unbounded lists would multiply a CEL rule's
+            # estimated cost past the API server's CRD budget; the API server checks pods again.
+            cel=None,
+            message="In and NotIn need values, Exists and DoesNotExist take none, Gt and Lt take one integer",
+            check=_values_fit_operator,
+            field_path=".values",
+        ),
+    )
+
+    key: LabelKey = Field(description="Label key or field name.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = Field(
+        description="In, NotIn, Exists, DoesNotExist, Gt or Lt."
+    )
+    # Label values, or node names for matchFields (metadata.name): a subdomain's length, not a label value's.
+    values: list[Annotated[str, Field(max_length=253)]] | None = opt(
+        description="Values for In/NotIn (one integer for Gt/Lt)."
+    )
 
 
 class NodeSelectorTerm(ApiModel):
@@ -89,7 +121,7 @@ class PreferredSchedulingTerm(ApiModel):
     """A weighted preference for nodes matching a term."""
 
     preference: NodeSelectorTerm = Field(description="The term nodes should match.")
-    weight: int = Field(description="Weight 1-100 added to matching nodes' score.")
+    weight: Int32 = Field(description="Weight 1-100 added to matching nodes' score.", ge=1, le=100)
 
 
 class NodeAffinity(ApiModel):
@@ -106,8 +138,8 @@ class NodeAffinity(ApiModel):
 class KeySelector(ApiModel):
     """A key of a ConfigMap or Secret in the pod's namespace (core/v1 ConfigMapKeySelector, SecretKeySelector)."""
 
-    key: str = Field(description="The key to select.")
-    name: str = Field(default="", description="Name of the ConfigMap or Secret.")
+    key: str = Field(description="The key to select.", pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)
+    name: ObjectName = Field(default="", description="Name of the ConfigMap or Secret.")
     optional: bool | None = opt(description="Whether the object or its key may be missing.")
 
 

@@ -22,6 +22,7 @@ from pydantic_core import PydanticUndefined
 
 from gpu_operator.api.base import FieldRule, IntOrStringMarker, PreserveUnknown, Rule
 from gpu_operator.api.clusterpolicy import ClusterPolicy
+from gpu_operator.api.k8srules import IntFormat
 from gpu_operator.api.nvidiadriver import NVIDIADriver
 
 Schema = dict[str, Any]
@@ -73,7 +74,13 @@ def _apply_meta(schema: Schema, meta: list[Any]) -> Schema:
             schema.clear()
             schema.update({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
         elif isinstance(m, FieldRule):
-            schema["x-kubernetes-validations"] = _rules(m.rules)
+            # A field may carry several (immutable and a shape rule): keep them all.
+            schema["x-kubernetes-validations"] = [*schema.get("x-kubernetes-validations", []), *_rules(m.rules)]
+        elif isinstance(m, IntFormat):
+            # The tighter bound wins: a field's own ge/le may come before or after its width.
+            schema["format"] = m.format
+            schema["minimum"] = max(schema.get("minimum", m.minimum), m.minimum)
+            schema["maximum"] = min(schema.get("maximum", m.maximum), m.maximum)
         elif isinstance(m, StringConstraints):
             if m.pattern:
                 schema["pattern"] = m.pattern

@@ -105,7 +105,9 @@ def _qualified_name(value: str) -> str:
 
 
 QUALIFIED_NAME_PATTERN = rf"^(({_LABEL}(\.{_LABEL})*)/)?{_NAME}$"
-LabelKey = Annotated[str, AfterValidator(_qualified_name), SchemaPattern(QUALIFIED_NAME_PATTERN)]
+LabelKey = Annotated[
+    str, AfterValidator(_qualified_name), SchemaPattern(QUALIFIED_NAME_PATTERN), StringConstraints(max_length=317)
+]
 """A label, annotation or taint key (``nvidia.com/gpu.present``)."""
 
 
@@ -114,7 +116,10 @@ def _optional_qualified_name(value: str) -> str:
 
 
 OptionalLabelKey = Annotated[
-    str, AfterValidator(_optional_qualified_name), SchemaPattern(f"^({QUALIFIED_NAME_PATTERN[1:-1]})?$")
+    str,
+    AfterValidator(_optional_qualified_name),
+    SchemaPattern(f"^({QUALIFIED_NAME_PATTERN[1:-1]})?$"),
+    StringConstraints(max_length=317),
 ]
 """A qualified name or empty (a toleration's key: empty tolerates every taint)."""
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN, max_length=63)]

@@ -16,7 +16,6 @@ from gpu_operator.api.base import (
     Condition,
     EnvVar,
     FieldRule,
-    ImageVersion,
     ObjectMeta,
     ObjectName,
     PullPolicy,
@@ -36,6 +35,14 @@ from gpu_operator.api.components import (
     Rdma,
 )
 from gpu_operator.api.corev1 import NodeAffinity, PodSecurityContext
+from gpu_operator.api.k8srules import (
+    Annotations,
+    DNSSubdomain,
+    ImageReference,
+    ImageRepository,
+    ImageVersion,
+    Labels,
+)
 from gpu_operator.names import keys
 
 OWNER_LABEL = keys.DRIVER_OWNER
@@ -47,11 +54,11 @@ class SidecarImage(ApiModel):
     """A driver sidecar (GPUDirect Storage or GDRCopy) and its image."""
 
     enabled: bool | None = opt(description="Deploy the sidecar (default false).")
-    repository: str | None = opt(description="Registry and path.")
-    image: str | None = opt(description="Image name.")
+    repository: ImageRepository | None = opt(description="Registry and path.")
+    image: ImageReference | None = opt(description="Image name.")
     version: ImageVersion | None = opt(description="Image tag or sha256 digest.")
     image_pull_policy: PullPolicy | None = opt(description="Pull policy.")
-    image_pull_secrets: list[str] | None = opt(description="Pull secret names.")
+    image_pull_secrets: list[ObjectName] | None = opt(description="Pull secret names.")
     args: list[str] | None = opt(description="Extra arguments.")
     env: list[EnvVar] | None = opt(description="Extra environment variables.")
 
@@ -129,11 +136,11 @@ class NVIDIADriverSpec(ApiModel):
     gds: SidecarImage | None = opt(description="GPUDirect Storage sidecar.")
     gdrcopy: SidecarImage | None = opt(description="GDRCopy sidecar.")
     rdma: Rdma | None = opt(description="GPUDirect RDMA.")
-    repository: str | None = opt(description="Registry and path of the driver image.")
-    image: str = Field(default="nvcr.io/nvidia/driver", description="Driver image name or reference.")
+    repository: ImageRepository | None = opt(description="Registry and path of the driver image.")
+    image: ImageReference = Field(default="nvcr.io/nvidia/driver", description="Driver image name or reference.")
     version: ImageVersion | None = opt(description="Driver version (image tag) or sha256 digest.")
     image_pull_policy: PullPolicy | None = opt(description="Pull policy.")
-    image_pull_secrets: list[str] | None = opt(description="Pull secret names.")
+    image_pull_secrets: list[ObjectName] | None = opt(description="Pull secret names.")
     manager: DriverManager | None = opt(description="The driver manager init step.")
     implementation: Implementation | None = opt(description=IMPLEMENTATION_HELP)
     resources: ResourceRequirements | None = opt(description="Resources of the driver container.")
@@ -146,12 +153,12 @@ class NVIDIADriverSpec(ApiModel):
     kernel_module_config: ConfigMapRef | None = opt(description="Kernel module parameters ConfigMap.")
     secret_env: ObjectName | None = opt(description="Secret exposed to the driver container as environment.")
     upgrade_policy: NVIDIADriverUpgradePolicy | None = opt(description="Rolling driver-upgrade policy.")
-    node_selector: dict[str, str] | None = opt(description="Labels of the nodes this driver applies to.")
+    node_selector: Labels | None = opt(description="Labels of the nodes this driver applies to.")
     node_affinity: NodeAffinity | None = opt(description="Node affinity of driver pods.")
-    labels: dict[str, str] | None = opt(description="Labels of driver pods.")
-    annotations: dict[str, str] | None = opt(description="Annotations of driver pods.")
+    labels: Labels | None = opt(description="Labels of driver pods.")
+    annotations: Annotations | None = opt(description="Annotations of driver pods.")
     tolerations: list[Toleration] | None = opt(description="Tolerations of driver pods.")
-    priority_class_name: str | None = opt(description="PriorityClass of driver pods.")
+    priority_class_name: DNSSubdomain | None = opt(description="PriorityClass of driver pods.")
     pod_security_context: PodSecurityContext | None = opt(description="Pod security context of driver pods.")
     host_network: bool | None = opt(description="Run driver pods in the host network.")
 
@@ -165,10 +172,24 @@ class NVIDIADriverStatus(ApiModel):
     driver_upgrade: DriverUpgradeStatus | None = opt(description="Progress of rolling driver upgrades.")
 
 
+#: The name is the value of the driver label on its DaemonSets and pods, so a label value's limit applies.
+MAX_NAME_LENGTH = 63
+
+
 class NVIDIADriver(ApiModel):
     """A driver configuration for a pool of GPU nodes."""
 
     crd_plural: ClassVar[str] = "nvidiadrivers"
+    rules = (
+        Rule(
+            # The API server has checked the DNS-subdomain shape already; size() is free of CEL cost.
+            cel=f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+            # No fieldPath: the CRD's schema declares no metadata fields for it to name.
+            message=f"metadata.name must be at most {MAX_NAME_LENGTH} characters"
+            " (it is a label value on the driver's nodes, DaemonSets and pods)",
+            check=lambda d: len(d.metadata.name) <= MAX_NAME_LENGTH,
+        ),
+    )
 
     api_version: Literal["nvidia.com/v1alpha1"] = Field(default="nvidia.com/v1alpha1", alias="apiVersion")
     kind: Literal["NVIDIADriver"] = "NVIDIADriver"

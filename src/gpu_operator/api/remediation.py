@@ -21,6 +21,7 @@ from typing import Literal
 from pydantic import Field
 
 from gpu_operator.api.base import ApiModel, IntOrPercent, opt
+from gpu_operator.api.k8srules import Int32
 
 Action = Literal["none", "taint", "drain", "reset", "reboot"]
 #: Actions by strength: when a node has several XIDs, the strongest action wins.
@@ -31,7 +32,7 @@ DEFAULT_QUIET_SECONDS = 600
 class RemediationRule(ApiModel):
     """Extension: the action for a set of XIDs."""
 
-    xids: list[int] = Field(min_length=1, description="Extension: the XIDs this rule covers (e.g. [48, 63]).")
+    xids: list[Int32] = Field(min_length=1, description="Extension: the XIDs this rule covers (e.g. [48, 63]).")
     action: Action = Field(description="Extension: none, taint, drain, reset or reboot.")
 
 
@@ -57,7 +58,7 @@ class RemediationSpec(ApiModel):
         description="Extension: the circuit breaker: at most this many GPU nodes (or this percentage of them) "
         "in remediation at once (default 1).",
     )
-    quiet_seconds: int = Field(
+    quiet_seconds: Int32 = Field(
         default=DEFAULT_QUIET_SECONDS,
         ge=1,
         description="Extension: a taint or drain remediation ends after this many seconds without a new XID "

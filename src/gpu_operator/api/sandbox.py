@@ -9,8 +9,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, ObjectName, opt
+from gpu_operator.api.base import ApiModel, HostPath, ObjectName, opt
 from gpu_operator.api.components import Component, ConfigMapRef, DriverManager
+from gpu_operator.api.k8srules import DNSSubdomain, Labels
 
 
 class SandboxWorkloadsSpec(ApiModel):
@@ -63,15 +64,15 @@ class KataArtifacts(ApiModel):
 class KataRuntimeClass(ApiModel):
     """A Kata runtime class the (deprecated) kata manager would create."""
 
-    name: str = Field(description="Name of the RuntimeClass.")
-    node_selector: dict[str, str] | None = opt(description="Nodes the runtime class applies to.")
+    name: DNSSubdomain = Field(description="Name of the RuntimeClass.")
+    node_selector: Labels | None = opt(description="Nodes the runtime class applies to.")
     artifacts: KataArtifacts = Field(description="Artifacts of the runtime class.")
 
 
 class KataManagerConfig(ApiModel):
     """Configuration of the deprecated kata manager."""
 
-    artifacts_dir: str = Field(
+    artifacts_dir: HostPath = Field(
         default="/opt/nvidia-gpu-operator/artifacts/runtimeclasses", description="Host directory of the artifacts."
     )
     runtime_classes: list[KataRuntimeClass] | None = opt(description="Runtime classes to create.")

@@ -9,8 +9,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, opt
+from gpu_operator.api.base import ApiModel, HostPath, opt
 from gpu_operator.api.components import Component, ConfigMapRef
+from gpu_operator.api.k8srules import Annotations, Int32, Int64, Labels
 
 RelabelAction = Literal[
     "replace",
@@ -42,7 +43,7 @@ class RelabelConfig(ApiModel):
     """One Prometheus relabeling rule (Prometheus Operator ``RelabelConfig``)."""
 
     action: RelabelAction = Field(default="replace", description="What the rule does (default replace).")
-    modulus: int | None = opt(description="Modulus for hashmod.", ge=0)
+    modulus: Int64 | None = opt(description="Modulus for hashmod.", ge=0)
     regex: str | None = opt(description="Regular expression the joined source labels are matched against.")
     replacement: str | None = opt(description="Replacement value (regex groups allowed).")
     separator: str | None = opt(description="Separator between joined source labels.")
@@ -57,14 +58,14 @@ class ServiceMonitorSpec(ApiModel):
     interval: str | None = opt(description="Scrape interval, e.g. 15s.", pattern=r"^([0-9]+(ms|s|m|h))+$")
     scrape_timeout: str | None = opt(description="Scrape timeout, e.g. 10s.", pattern=r"^([0-9]+(ms|s|m|h))+$")
     honor_labels: bool | None = opt(description="Keep the exporter's labels on conflicts.")
-    additional_labels: dict[str, str] | None = opt(description="Labels added to the ServiceMonitor.")
+    additional_labels: Labels | None = opt(description="Labels added to the ServiceMonitor.")
     relabelings: list[RelabelConfig] | None = opt(description="Prometheus relabel configs.")
 
 
 class DCGMSpec(Component):
     """The standalone DCGM host engine operand."""
 
-    host_port: int | None = opt(description="Deprecated host port of the host engine.", ge=0, le=65535)
+    host_port: Int32 | None = opt(description="Deprecated host port of the host engine.", ge=0, le=65535)
 
 
 class ServiceSpec(ApiModel):
@@ -78,13 +79,13 @@ class HpcJobMapping(ApiModel):
     """HPC job attribution of GPU metrics."""
 
     enabled: bool | None = opt(description="Attribute metrics to HPC jobs.")
-    directory: str | None = opt(description="Directory of the job mapping files.")
+    directory: HostPath | None = opt(description="Host directory of the job mapping files.")
 
 
 class DCGMExporterSpec(Component):
     """The DCGM-compatible metrics exporter operand."""
 
-    annotations: dict[str, str] | None = opt(description="Annotations of the exporter pods.")
+    annotations: Annotations | None = opt(description="Annotations of the exporter pods.")
     config: ConfigMapRef | None = opt(description="ConfigMap with dcgm-metrics.csv.")
     service_monitor: ServiceMonitorSpec | None = opt(description="ServiceMonitor settings.")
     service: ServiceSpec | None = opt(description="Service settings.")

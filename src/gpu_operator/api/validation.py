@@ -68,8 +68,8 @@ def _path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part.startswith(("function-after[", "function-wrap[")) or part in {"int", "str"}:
-            # Validator and union-branch markers are pydantic internals, not document fields.
+        elif part.startswith(("function-after[", "function-wrap[")) or part in {"int", "str", "[key]"}:
+            # Validator, union-branch and map-key markers are pydantic internals, not document fields.
             continue
         else:
             out += f".{part}" if out else part
@@ -124,6 +124,12 @@ def _errors(exc: ValidationError) -> list[FieldError]:
     return out
 
 
+def one_line(exc: ValidationError) -> str:
+    """Every problem of a refused object on one line (``spec.toolkit.installDir: must ...; ...``), for the
+    status conditions and logs the operator writes when a stored object fails the models."""
+    return "; ".join(str(e) for e in _errors(exc)) or str(exc).splitlines()[0]
+
+
 def validate_document(doc: Any, *, source: str = "<input>") -> Result:
     """Validate one decoded document against the model its apiVersion and kind name."""
     if not isinstance(doc, dict):
@@ -133,7 +139,10 @@ def validate_document(doc: Any, *, source: str = "<input>") -> Result:
     model = KINDS.get((str(api_version), str(kind)))
     if model is None:
         known = ", ".join(f"{v}/{k}" for v, k in KINDS)
-        msg = f"unsupported apiVersion/kind {api_version}/{kind} (expected one of: {known})"
+        # repr: a value with a newline or control character must not break the one-line report.
+        given = f"{api_version}/{kind}"
+        shown = given if given.isprintable() else repr(given)
+        msg = f"unsupported apiVersion/kind {shown} (expected one of: {known})"
         return Result(source, str(kind), name, (FieldError("", msg),))
     try:
         parsed = model.model_validate(doc)

@@ -13,8 +13,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, Condition, Rule, opt
+from gpu_operator.api.base import ApiModel, Condition, ObjectName, Rule, opt
 from gpu_operator.api.corev1 import CoreEnvVar
+from gpu_operator.api.k8srules import Int32, Int64, LabelSelectorText
 from gpu_operator.api.network.imagespec import ImageSpec
 from gpu_operator.api.network.jsonconfig import is_json_object, rdma_config_ok, sriov_config_ok
 
@@ -30,23 +31,23 @@ State = Literal["ready", "notReady", "ignore", "error"]
 class PodProbeSpec(ApiModel):
     """Timings of a probe of the OFED driver container."""
 
-    initial_delay_seconds: int = Field(description="Seconds after the container started before the first probe.")
-    period_seconds: int = Field(description="Seconds between probes.")
-    failure_threshold: int | None = opt(description="Consecutive failures after a success that count as failed.")
-    timeout_seconds: int | None = opt(description="Seconds after which a probe times out.")
+    initial_delay_seconds: Int32 = Field(description="Seconds after the container started before the first probe.")
+    period_seconds: Int32 = Field(description="Seconds between probes.")
+    failure_threshold: Int32 | None = opt(description="Consecutive failures after a success that count as failed.")
+    timeout_seconds: Int32 | None = opt(description="Seconds after which a probe times out.")
 
 
 class ConfigMapNameReference(ApiModel):
     """A ConfigMap in the operator namespace, by name."""
 
-    name: str | None = opt(description="Name of the ConfigMap.")
+    name: ObjectName | None = opt(description="Name of the ConfigMap.")
 
 
 class WaitForCompletionSpec(ApiModel):
     """Pods to let finish on a node before its driver is upgraded."""
 
-    pod_selector: str | None = opt(description="Label selector of the pods to wait for.")
-    timeout_seconds: int = Field(default=0, ge=0, description="Seconds to wait before giving up; 0 = forever.")
+    pod_selector: LabelSelectorText | None = opt(description="Label selector of the pods to wait for.")
+    timeout_seconds: Int32 = Field(default=0, ge=0, description="Seconds to wait before giving up; 0 = forever.")
 
 
 class DrainSpec(ApiModel):
@@ -54,10 +55,10 @@ class DrainSpec(ApiModel):
 
     enable: bool = Field(default=True, description="Drain the node during the upgrade.")
     force: bool = Field(default=False, description="Also evict pods not managed by a controller.")
-    pod_selector: str | None = opt(
+    pod_selector: LabelSelectorText | None = opt(
         description="Label selector of the pods to drain (the operator's own pod is always kept)."
     )
-    timeout_seconds: int = Field(default=300, ge=0, description="Seconds to wait for the drain; 0 = forever.")
+    timeout_seconds: Int32 = Field(default=300, ge=0, description="Seconds to wait for the drain; 0 = forever.")
     delete_empty_dir: bool = Field(default=False, description="Also evict pods using emptyDir volumes.")
 
 
@@ -74,7 +75,7 @@ class DriverUpgradePolicySpec(ApiModel):
     )
 
     auto_upgrade: bool = Field(default=False, description="Upgrade drivers automatically; false ignores the rest.")
-    max_parallel_upgrades: int = Field(default=1, ge=0, description="Nodes upgraded at once; 0 = no limit.")
+    max_parallel_upgrades: Int32 = Field(default=1, ge=0, description="Nodes upgraded at once; 0 = no limit.")
     wait_for_completion: WaitForCompletionSpec | None = opt(description="Pods to wait for before the upgrade.")
     drain: DrainSpec | None = opt(description="Whether and how to drain the node before the upgrade.")
     safe_load: bool = Field(
@@ -96,7 +97,7 @@ class OFEDDriverSpec(ImageSpec):
     upgrade_policy: DriverUpgradePolicySpec | None = opt(description="Automatic driver upgrades.")
     cert_config: ConfigMapNameReference | None = opt(description="ConfigMap of custom TLS certificates.")
     repo_config: ConfigMapNameReference | None = opt(description="ConfigMap of custom package repositories.")
-    termination_grace_period_seconds: int = Field(
+    termination_grace_period_seconds: Int64 = Field(
         default=300, ge=0, description="Seconds the driver pod gets to unload the driver on termination."
     )
     force_precompiled: bool = Field(

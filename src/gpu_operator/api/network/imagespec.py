@@ -16,33 +16,36 @@ from typing import Any, TypeVar
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, Quantity, Rule, opt
-
-#: Upstream's (unanchored) patterns: a name somewhere in ``image``, registry characters in ``repository``.
-IMAGE_PATTERN = r"[a-zA-Z0-9\-]+"
-REPOSITORY_PATTERN = r"[a-zA-Z0-9\.\-\/]+"
+from gpu_operator.api.base import ApiModel, ObjectName, Quantity, Rule, opt
+from gpu_operator.api.k8srules import (
+    DNSLabel,
+    ImageReference,
+    ImageRepository,
+    ImageVersion,
+    LabelKey,
+)
 
 
 class ContainerResources(ApiModel):
     """Resource limits and requests of one named container of a component."""
 
-    name: str = Field(description="Name of the container the requirements are set for.")
-    limits: dict[str, Quantity] | None = opt(description="Maximum resources, by resource name.")
-    requests: dict[str, Quantity] | None = opt(description="Minimum resources, by resource name.")
+    name: DNSLabel = Field(description="Name of the container the requirements are set for.")
+    limits: dict[LabelKey, Quantity] | None = opt(description="Maximum resources, by resource name.")
+    requests: dict[LabelKey, Quantity] | None = opt(description="Minimum resources, by resource name.")
 
 
 class ImageSpec(ApiModel):
     """Where a component's container image comes from (repository and version default from global)."""
 
-    image: str = Field(
-        pattern=IMAGE_PATTERN,
+    # Upstream's patterns are unanchored (any string holding one such character passes); ours are the
+    # distribution/reference grammar, anchored.
+    image: ImageReference = Field(
+        min_length=1,
         description="Name of the image, or a full reference (with ':' or '@') used as given.",
     )
-    repository: str | None = opt(
-        pattern=REPOSITORY_PATTERN, description="Registry and path of the image; default: global.repository."
-    )
-    version: str | None = opt(description="Image tag, or a sha256:... digest; default: global.version.")
-    image_pull_secrets: list[str] = Field(
+    repository: ImageRepository | None = opt(description="Registry and path of the image; default: global.repository.")
+    version: ImageVersion | None = opt(description="Image tag, or a sha256:... digest; default: global.version.")
+    image_pull_secrets: list[ObjectName] = Field(
         default_factory=list, description="Secrets in the operator namespace to pull the image; default: global's."
     )
     container_resources: list[ContainerResources] | None = opt(
@@ -53,9 +56,9 @@ class ImageSpec(ApiModel):
 class GlobalConfig(ApiModel):
     """Defaults for every component's image: repository, version and pull secrets."""
 
-    repository: str | None = opt(description="Default image repository of every component.")
-    version: str | None = opt(description="Default image version (tag) of every component.")
-    image_pull_secrets: list[str] | None = opt(description="Default pull secrets of every component's image.")
+    repository: ImageRepository | None = opt(description="Default image repository of every component.")
+    version: ImageVersion | None = opt(description="Default image version (tag) of every component.")
+    image_pull_secrets: list[ObjectName] | None = opt(description="Default pull secrets of every component's image.")
 
 
 def is_full_reference(image: str) -> bool:

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from gpu_operator.api.base import ApiModel, ObjectMeta, Rule, opt
 from gpu_operator.api.corev1 import NodeSelector
+from gpu_operator.api.k8srules import Int32
 
 GROUP = "nv-ipam.nvidia.com"
 VERSION = "v1alpha1"
@@ -139,7 +140,7 @@ class IPPoolSpec(ApiModel):
     )  # fmt: skip
 
     subnet: str = Field(min_length=1, description="The pool's subnet, e.g. 192.168.0.0/16.")
-    per_node_block_size: int = Field(ge=2, description="Addresses each node gets (at least 2).")
+    per_node_block_size: Int32 = Field(ge=2, description="Addresses each node gets (at least 2).")
     exclusions: list[ExcludeRange] | None = opt(description="Addresses never handed out.")
     gateway: str | None = opt(description="The pool's gateway (inside the subnet); never handed out.")
     node_selector: NodeSelector | None = opt(description="Nodes that get a block; absent: every node.")

@@ -57,7 +57,7 @@ def _entries(text: str | None, key: str) -> list[Any] | None:
 
 def _prefix_ok(entry: dict[str, Any]) -> bool:
     prefix = entry.get("resourcePrefix")
-    return prefix is None or (isinstance(prefix, str) and bool(RESOURCE_PREFIX.match(prefix)))
+    return prefix is None or (isinstance(prefix, str) and bool(RESOURCE_PREFIX.fullmatch(prefix)))
 
 
 def rdma_config_ok(text: str | None) -> bool:
@@ -71,7 +71,7 @@ def rdma_config_ok(text: str | None) -> bool:
         if not isinstance(entry, dict):
             return False
         name = entry.get("resourceName")
-        if not isinstance(name, str) or not RDMA_RESOURCE_NAME.match(name) or not _prefix_ok(entry):
+        if not isinstance(name, str) or not RDMA_RESOURCE_NAME.fullmatch(name) or not _prefix_ok(entry):
             return False
         names.append(name)
     return len(names) == len(set(names))
@@ -87,6 +87,6 @@ def sriov_config_ok(text: str | None) -> bool:
         if not isinstance(entry, dict):
             return False
         name = entry.get("resourceName")
-        if not isinstance(name, str) or not SRIOV_RESOURCE_NAME.match(name) or not _prefix_ok(entry):
+        if not isinstance(name, str) or not SRIOV_RESOURCE_NAME.fullmatch(name) or not _prefix_ok(entry):
             return False
     return True

@@ -14,8 +14,9 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, FieldRule, ObjectMeta, Rule, Toleration, opt, section
+from gpu_operator.api.base import ApiModel, FieldRule, ObjectMeta, ObjectName, Rule, Toleration, opt, section
 from gpu_operator.api.corev1 import CoreEnvVar, NodeAffinity
+from gpu_operator.api.k8srules import DNSSubdomain, Int32
 from gpu_operator.api.network.components import (
     CONFIG_JSON_RULE,
     AppliedState,
@@ -33,7 +34,6 @@ from gpu_operator.api.network.components import (
 from gpu_operator.api.network.imagespec import GlobalConfig, ImageSpec, image_source_rules
 
 GUID_PATTERN = r"^([0-9A-Fa-f]{2}:){7}[0-9A-Fa-f]{2}$"
-DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _IMMUTABLE = FieldRule(rules=(Rule(cel="self == oldSelf", message="is immutable; delete nicFirmwareStorage first"),))
 
 
@@ -55,7 +55,7 @@ class IBKubernetesSpec(ImageSpec):
         ),
     )
 
-    periodic_update_seconds: int = Field(default=5, ge=0, description="Seconds between updates.")
+    periodic_update_seconds: Int32 = Field(default=5, ge=0, description="Seconds between updates.")
     p_key_guid_pool_range_start: str = Field(
         alias="pKeyGUIDPoolRangeStart",
         pattern=GUID_PATTERN,
@@ -68,7 +68,7 @@ class IBKubernetesSpec(ImageSpec):
         max_length=23,
         description="Last GUID of the pool (xx:..:xx).",
     )
-    ufm_secret: str = Field(description="Secret with the credentials of the UFM service.")
+    ufm_secret: ObjectName = Field(description="Secret with the credentials of the UFM service.")
 
 
 class MultusSpec(ImageSpec):
@@ -100,9 +100,7 @@ class NICFeatureDiscoverySpec(ImageSpec):
 class DOCATelemetryServiceConfig(ApiModel):
     """Where the DOCA Telemetry Service reads its configuration."""
 
-    from_config_map: str | None = opt(
-        pattern=DNS_SUBDOMAIN_PATTERN, description="ConfigMap in the operator namespace; replaces the default."
-    )
+    from_config_map: DNSSubdomain | None = opt(description="ConfigMap in the operator namespace; replaces the default.")
 
 
 class DOCATelemetryServiceSpec(ImageSpec):

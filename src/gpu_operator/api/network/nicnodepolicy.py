@@ -15,6 +15,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from gpu_operator.api.base import ApiModel, ObjectMeta, Rule, Toleration, opt
+from gpu_operator.api.k8srules import Annotations, Labels
 from gpu_operator.api.network.components import (
     OFEDDriverSpec,
     PolicyStatus,
@@ -41,7 +42,7 @@ class NicNodePolicySpec(ApiModel):
         *image_source_rules(IMAGE_SECTIONS, global_field=None),
     )
 
-    node_selector: dict[str, str] = Field(description="Labels of the nodes this policy applies to (required).")
+    node_selector: Labels = Field(description="Labels of the nodes this policy applies to (required).")
     ofed_driver: OFEDDriverSpec | None = opt(description="The DOCA-OFED driver container for these nodes.")
     rdma_shared_device_plugin: RdmaSharedDevicePluginSpec | None = opt(
         description="The RDMA shared device plugin for these nodes."
@@ -49,8 +50,8 @@ class NicNodePolicySpec(ApiModel):
     sriov_device_plugin: SriovDevicePluginSpec | None = opt(
         description="The SR-IOV network device plugin for these nodes."
     )
-    labels: dict[str, str] | None = opt(description="Labels added to the policy's pods.")
-    annotations: dict[str, str] | None = opt(description="Annotations added to the policy's pods.")
+    labels: Labels | None = opt(description="Labels added to the policy's pods.")
+    annotations: Annotations | None = opt(description="Annotations added to the policy's pods.")
     tolerations: list[Toleration] | None = opt(description="Tolerations of the policy's pods.")
 
 
