@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy
 from gpu_operator.api.nvidiadriver import OWNER_LABEL, NVIDIADriver
+from gpu_operator.api.validation import one_line
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.names import keys
 from gpu_operator.observe.readiness import Readiness
@@ -72,7 +73,7 @@ async def reconcile_drivers(
         try:
             drivers.append(NVIDIADriver.model_validate(doc))
         except ValidationError as exc:
-            message = str(exc).splitlines()[0]
+            message = one_line(exc)
             failed = driver_status(
                 active=active, readiness=_failed(message), conflicts={}, generation=generation, now=_now(),
                 previous=previous,
