@@ -84,6 +84,25 @@ def test_other_fields_with_a_trailing_newline_are_refused(spec: JSON, path: str)
     assert any(e.startswith(path) for e in _errors(_policy(spec))), _errors(_policy(spec))
 
 
+def _patterns(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+        return own + [p for v in node.values() for p in _patterns(v)]
+    if isinstance(node, list):
+        return [p for v in node for p in _patterns(v)]
+    return []
+
+
+def test_every_crd_pattern_is_anchored_and_runs_on_the_rust_engine() -> None:
+    """pydantic falls back to Python's re (whose ``$`` accepts "\\n") for lookarounds: none may appear."""
+    patterns = set(_patterns([*crds().values(), *network_crds().values()]))
+    assert len(patterns) > 10
+    for pattern in patterns:
+        assert pattern.startswith("^"), pattern
+        assert pattern.endswith("$"), pattern
+        assert not re.search(r"\(\?(=|!|<=|<!)", pattern), pattern
+
+
 def test_no_bare_match_or_search_on_anchored_patterns_in_the_api() -> None:
     """Every Python regex in the API is used with fullmatch (``$`` in re accepts a trailing newline)."""
     api = Path(k8srules.__file__).parent

@@ -76,7 +76,6 @@ DNSSubdomain = Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN_PATTERN, m
 """A DNS-1123 subdomain: the name of most Kubernetes objects."""
 
 _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-_LABEL_VALUE_RE = re.compile(f"({_NAME})?")
 _PREFIXED_KEY_RE = re.compile(rf"((?P<prefix>{_LABEL}(\.{_LABEL})*)/)?(?P<name>{_NAME})")
 LABEL_VALUE_PATTERN = f"^({_NAME})?$"
 
