@@ -352,3 +352,13 @@ def test_nicnodepolicy_node_selector_keys_are_checked() -> None:
 def test_every_crd_still_generates() -> None:
     assert len(crds()) == 2
     assert len(network_crds()) >= 6
+
+
+def test_int64_fields_carry_no_bounds_the_api_server_would_read_as_floats() -> None:
+    """kube-apiserver refuses a CRD whose int64 maximum (2^63-1) it reads back as a float."""
+    crd = network_crds()["mellanox.com_nicclusterpolicies.yaml"]
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    grace = spec["properties"]["ofedDriver"]["properties"]["terminationGracePeriodSeconds"]
+    assert grace["format"] == "int64"
+    assert "maximum" not in grace
+    assert grace["minimum"] == 0  # the field's own ge stays

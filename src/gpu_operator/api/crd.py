@@ -77,10 +77,13 @@ def _apply_meta(schema: Schema, meta: list[Any]) -> Schema:
             # A field may carry several (immutable and a shape rule): keep them all.
             schema["x-kubernetes-validations"] = [*schema.get("x-kubernetes-validations", []), *_rules(m.rules)]
         elif isinstance(m, IntFormat):
-            # The tighter bound wins: a field's own ge/le may come before or after its width.
             schema["format"] = m.format
-            schema["minimum"] = max(schema.get("minimum", m.minimum), m.minimum)
-            schema["maximum"] = min(schema.get("maximum", m.maximum), m.maximum)
+            # int64's bounds are not exact as JSON numbers (the API server reads them as floats and
+            # refuses the CRD); its JSON decoding bounds an int64 anyway. Otherwise the tighter bound
+            # wins: a field's own ge/le may come before or after its width.
+            if m.format != "int64":
+                schema["minimum"] = max(schema.get("minimum", m.minimum), m.minimum)
+                schema["maximum"] = min(schema.get("maximum", m.maximum), m.maximum)
         elif isinstance(m, StringConstraints):
             if m.pattern:
                 schema["pattern"] = m.pattern
