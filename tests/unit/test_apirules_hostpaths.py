@@ -52,7 +52,6 @@ BAD = [
     ("/proc/1/root", "inside /proc"),
     ("/sys/kernel", "inside /sys"),
     ("/dev/shm", "inside /dev"),
-    ("", "absolute"),
 ]
 
 
@@ -72,6 +71,20 @@ def test_slash_is_refused_except_as_root_fs(path: str, spec: JSON) -> None:
         assert errors == []
     else:
         assert errors == [f"spec.{path}: must not be '/' (the whole host) (got '/')"]
+
+
+#: Fields whose empty value the renderer reads as its default (NVIDIA's chart renders unset values as "").
+EMPTY_MEANS_DEFAULT = {"hostPaths.driverInstallDir", "hostPaths.kubeletRootDir", "hostPaths.rootFS",
+                       "dcgmExporter.hpcJobMapping.directory"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "spec"), FIELDS, ids=[f for f, _ in FIELDS])
+def test_empty_is_the_default_only_where_the_renderer_has_one(path: str, spec: JSON) -> None:
+    errors = _errors(_spec_with(spec, ""))
+    if path in EMPTY_MEANS_DEFAULT:
+        assert errors == []
+    else:
+        assert errors == [f"spec.{path}: must be an absolute path (starting with '/') (got '')"]
 
 
 @pytest.mark.parametrize(

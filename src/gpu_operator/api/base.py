@@ -140,8 +140,8 @@ Quantity = Annotated[int | str, AfterValidator(check_quantity), IntOrStringMarke
 """A Kubernetes resource quantity (``500m``, ``2``, ``1Gi``)."""
 
 
-_HOST_ROOT_PATTERN = f"^(/|{k8s.HOST_PATH_PATTERN[1:-1]})$"
-_HOST_ROOT_CEL = f"self == '/' || ({k8s.HOST_PATH_CEL})"
+_HOST_PATH_BODY = k8s.HOST_PATH_PATTERN[1:-1]
+_UNSET_OR = "self == '' || "
 
 HostPath = Annotated[
     str,
@@ -151,14 +151,22 @@ HostPath = Annotated[
     FieldRule(rules=(Rule(cel=k8s.HOST_PATH_CEL, message=k8s.HOST_PATH_MESSAGE),)),
 ]
 """A host directory an operand mounts or writes (``/run/nvidia/mps``): see :func:`k8srules.host_path_problem`."""
+HostPathOrUnset = Annotated[
+    str,
+    k8s.host_path_validator(root_allowed=False, empty_allowed=True),
+    StringConstraints(max_length=1024),
+    k8s.SchemaPattern(f"^({_HOST_PATH_BODY})?$"),
+    FieldRule(rules=(Rule(cel=f"{_UNSET_OR}({k8s.HOST_PATH_CEL})", message=k8s.HOST_PATH_MESSAGE),)),
+]
+"""A host path whose empty value means the operator's default (``hostPaths.driverInstallDir``)."""
 HostRoot = Annotated[
     str,
-    k8s.host_path_validator(root_allowed=True),
+    k8s.host_path_validator(root_allowed=True, empty_allowed=True),
     StringConstraints(max_length=1024),
-    k8s.SchemaPattern(_HOST_ROOT_PATTERN),
-    FieldRule(rules=(Rule(cel=_HOST_ROOT_CEL, message=k8s.HOST_PATH_MESSAGE),)),
+    k8s.SchemaPattern(f"^(/|{_HOST_PATH_BODY})?$"),
+    FieldRule(rules=(Rule(cel=f"{_UNSET_OR}self == '/' || ({k8s.HOST_PATH_CEL})", message=k8s.HOST_PATH_MESSAGE),)),
 ]
-"""The host's root filesystem as the operands see it: ``/`` or another absolute, normalised path."""
+"""The host's root filesystem as the operands see it: ``/`` (also when empty) or another absolute path."""
 
 FreeForm = Annotated[dict[str, Any], PreserveUnknown()]
 """A core Kubernetes object passed through to pod templates (affinity, security context)."""

@@ -18,6 +18,7 @@ from gpu_operator.api.base import (
     Condition,
     EnvVar,
     HostPath,
+    HostPathOrUnset,
     HostRoot,
     ObjectMeta,
     ObjectName,
@@ -281,8 +282,8 @@ class HostPathsSpec(ApiModel):
     """Host paths the operands use."""
 
     root_fs: HostRoot | None = opt(alias="rootFS", description="Host root filesystem (Helm default /).")
-    driver_install_dir: HostPath | None = opt(description="Where a containerised driver is installed.")
-    kubelet_root_dir: HostPath = Field(default="/var/lib/kubelet", description="The kubelet's root directory.")
+    driver_install_dir: HostPathOrUnset | None = opt(description="Where a containerised driver is installed.")
+    kubelet_root_dir: HostPathOrUnset = Field(default="/var/lib/kubelet", description="The kubelet's root directory.")
 
 
 class GPUDirectStorageSpec(SidecarComponent):

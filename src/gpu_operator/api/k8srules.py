@@ -255,10 +255,13 @@ def host_path_problem(path: str, *, root_allowed: bool = False) -> str | None:
     return None
 
 
-def host_path_validator(*, root_allowed: bool) -> AfterValidator:
-    """The offline check of a host path field (``root_allowed``: '/' itself is fine, for rootFS)."""
+def host_path_validator(*, root_allowed: bool, empty_allowed: bool = False) -> AfterValidator:
+    """The offline check of a host path field (``root_allowed``: '/' itself is fine, for rootFS;
+    ``empty_allowed``: "" means the operator's default, as NVIDIA's chart renders an unset path)."""
 
     def check(value: str) -> str:
+        if empty_allowed and value == "":
+            return value
         problem = host_path_problem(value, root_allowed=root_allowed)
         if problem is not None:
             raise _fail("host_path", problem, value)

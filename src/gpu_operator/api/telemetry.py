@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpu_operator.api.base import ApiModel, HostPath, opt
+from gpu_operator.api.base import ApiModel, HostPathOrUnset, opt
 from gpu_operator.api.components import Component, ConfigMapRef
 from gpu_operator.api.k8srules import Annotations, Int32, Int64, Labels
 
@@ -79,7 +79,7 @@ class HpcJobMapping(ApiModel):
     """HPC job attribution of GPU metrics."""
 
     enabled: bool | None = opt(description="Attribute metrics to HPC jobs.")
-    directory: HostPath | None = opt(description="Host directory of the job mapping files.")
+    directory: HostPathOrUnset | None = opt(description="Host directory of the job mapping files.")
 
 
 class DCGMExporterSpec(Component):
