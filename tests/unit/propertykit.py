@@ -14,6 +14,9 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+#: The hostile properties: fifteen parsers, each case a whole file with a fragment thousands of characters
+#: long, so ``make test`` tries fewer per parser; ``HYPOTHESIS_EXAMPLES`` (``make reliability``) sets both.
+HOSTILE_SETTINGS = settings(SETTINGS, max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", "25")))
 
 
 def refusal(call: Callable[[], object], error: type[Exception]) -> str | None:

@@ -33,7 +33,7 @@ from gpu_operator.agents.sriovdp.config import ConfigError as SriovError
 from gpu_operator.agents.sriovdp.config import load_config as load_sriov
 from gpu_operator.api.validation import DocumentError, validate_file
 from tests.conftest import SAMPLES
-from tests.unit.propertykit import SETTINGS
+from tests.unit.propertykit import HOSTILE_SETTINGS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -171,7 +171,7 @@ def _hostile_file(draw: st.DrawFn, parser: Parser) -> bytes:
 
 @pytest.mark.parametrize("parser", PARSERS, ids=[p.name for p in PARSERS])
 def test_hostile_file_is_read_or_refused_in_one_line_naming_the_file(parser: Parser, tmp_path: Path) -> None:
-    @SETTINGS
+    @HOSTILE_SETTINGS
     @given(data=_hostile_file(parser))
     def check(data: bytes) -> None:
         path = tmp_path / "input"
