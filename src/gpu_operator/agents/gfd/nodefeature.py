@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from gpu_operator.agents.gfd.envinput import env_flag
+
 API_VERSION = "nfd.k8s-sigs.io/v1alpha1"
 PLURAL = "nodefeatures"
 NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
@@ -41,5 +43,6 @@ def node_feature(*, node: str, namespace: str, labels: Mapping[str, str]) -> dic
 
 
 def use_node_feature_api(env: Mapping[str, str]) -> bool:
-    raw = env.get("GFD_USE_NODE_FEATURE_API") or env.get("USE_NODE_FEATURE_API") or ""
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+    """``GFD_USE_NODE_FEATURE_API`` (or upstream's older ``USE_NODE_FEATURE_API``), refused unless a boolean."""
+    name = "GFD_USE_NODE_FEATURE_API" if env.get("GFD_USE_NODE_FEATURE_API", "").strip() else "USE_NODE_FEATURE_API"
+    return env_flag(env, name, default=False)

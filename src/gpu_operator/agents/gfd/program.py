@@ -16,8 +16,10 @@ import os
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_operator.agents.gfd.envinput import env_duration, env_flag, env_path, env_text
 from gpu_operator.agents.gfd.labels import NodeView, compute_labels, stale_keys
 from gpu_operator.agents.gfd.nodefeature import NodeFeatureAccess, node_feature, use_node_feature_api
 from gpu_operator.agents.gfd.vgpu import VgpuInfo, read_vgpu
@@ -31,21 +33,74 @@ from gpu_operator.runtime.periodic import every
 log = logging.getLogger(__name__)
 DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 PCI_DEVICES = "/sys/bus/pci/devices"  # read for the vGPU labels, as upstream
+MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
 
 
-def _true(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+MAX_MACHINE_BYTES = 4096  # a DMI product name is a few dozen bytes; a larger "file" is not one
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_INTERVAL_MIN, _INTERVAL_MAX = 0.1, 86400.0
 
 
 def parse_interval(text: str) -> float | None:
-    """Seconds from ``60s``/``5m``/``1h30m``; None for ``infinite``."""
-    if text.strip() == "infinite":
-        return None
-    parts = re.findall(r"(\d+)(ms|s|m|h)", text)
-    if not parts or "".join(n + u for n, u in parts) != text.strip():
-        raise ValueError(f"GFD_SLEEP_INTERVAL: not a duration: {text!r}")
-    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    return sum(int(n) * scale[u] for n, u in parts)
+    """Seconds from ``60s``/``5m``/``1h30m`` (100ms to 24h); None for ``infinite``."""
+    return env_duration(
+        {"GFD_SLEEP_INTERVAL": text},
+        "GFD_SLEEP_INTERVAL",
+        default=60.0,
+        minimum=_INTERVAL_MIN,
+        maximum=_INTERVAL_MAX,
+        bare_seconds=False,
+        special={"infinite": None},
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class GfdSettings:
+    """GFD's environment, read and checked once at start (a bad value stops it with one line)."""
+
+    interval: float | None = 60.0  # None: ``infinite``, one round
+    oneshot: bool = False
+    no_timestamp: bool = False
+    label_node: bool = False
+    node_feature_api: bool = False
+    output: str = DEFAULT_OUTPUT  # "": no feature file
+    machine_file: str = MACHINE_TYPE_FILE
+    pci_devices: str = PCI_DEVICES
+    namespace: str = "default"
+
+
+def settings_from_env(env: Mapping[str, str]) -> GfdSettings:
+    """:class:`GfdSettings` from ``env``; ConfigRefusedError naming the variable for a bad value."""
+    namespace_var = "NAMESPACE" if env.get("NAMESPACE", "").strip() else "OPERATOR_NAMESPACE"
+    # GFD_OUTPUT_FILE set to "" turns the feature file off (the operator renders it so with GFD_LABEL_NODE).
+    output = "" if env.get("GFD_OUTPUT_FILE") == "" else env_path(env, "GFD_OUTPUT_FILE", default=DEFAULT_OUTPUT)
+    return GfdSettings(
+        interval=parse_interval(env.get("GFD_SLEEP_INTERVAL", "")),
+        oneshot=env_flag(env, "GFD_ONESHOT", default=False),
+        no_timestamp=env_flag(env, "GFD_NO_TIMESTAMP", default=False),
+        label_node=env_flag(env, "GFD_LABEL_NODE", default=False),
+        node_feature_api=use_node_feature_api(env),
+        output=output,
+        machine_file=env_path(env, "GFD_MACHINE_TYPE_FILE", default=MACHINE_TYPE_FILE),
+        pci_devices=env_path(env, "GFD_PCI_DEVICES_DIR", default=PCI_DEVICES),
+        namespace=env_text(
+            env, namespace_var, default="default", pattern=_NAMESPACE, what="a namespace name", limit=63
+        ),
+    )
+
+
+def read_machine_type(path: Path) -> str:
+    """The first line of the DMI product name file; ``unknown`` when it is missing or not a regular file
+    (a FIFO would block the read). Its bytes are the firmware's: undecodable ones are replaced, not fatal."""
+    try:
+        if not path.is_file():
+            return "unknown"
+        with path.open("rb") as source:
+            data = source.read(MAX_MACHINE_BYTES)
+    except OSError:
+        return "unknown"
+    text = data.decode("utf-8", "replace").strip()
+    return text.splitlines()[0].strip() if text else "unknown"
 
 
 def node_view(
@@ -84,31 +139,30 @@ def _without_timestamp(labels: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k != "nvidia.com/gfd.timestamp"}
 
 
-async def publish_once(ctx: AgentContext, *, configs: NamedConfigs) -> dict[str, str]:
+async def publish_once(
+    ctx: AgentContext, *, configs: NamedConfigs, options: GfdSettings | None = None
+) -> dict[str, str]:
     """Compute the labels and write them everywhere configured; returns them."""
-    env = ctx.env
+    gfd = settings_from_env(ctx.env) if options is None else options
     settings = await configs.settings()
-    machine_file = ctx.path(env.get("GFD_MACHINE_TYPE_FILE", "/sys/class/dmi/id/product_name"))
-    machine = machine_file.read_text(encoding="utf-8").strip() if machine_file.exists() else "unknown"
-    stamp = None if _true(env.get("GFD_NO_TIMESTAMP")) else int(time.time())
-    vgpu = await asyncio.to_thread(read_vgpu, ctx.path(env.get("GFD_PCI_DEVICES_DIR", PCI_DEVICES)))
+    machine = await asyncio.to_thread(read_machine_type, ctx.path(gfd.machine_file))
+    stamp = None if gfd.no_timestamp else int(time.time())
+    vgpu = await asyncio.to_thread(read_vgpu, ctx.path(gfd.pci_devices))
     view = await asyncio.to_thread(
         node_view, backend=ctx.gpu, settings=settings, machine=machine, timestamp=stamp, vgpu=vgpu
     )
     labels = compute_labels(view)
-    if use_node_feature_api(env):
+    if gfd.node_feature_api:
         if not isinstance(ctx.node, NodeFeatureAccess):
             raise ConfigError("GFD_USE_NODE_FEATURE_API is set but this context cannot write NodeFeature objects")
-        namespace = env.get("NAMESPACE") or env.get("OPERATOR_NAMESPACE") or "default"
-        body = node_feature(node=ctx.node_name, namespace=namespace, labels=_without_timestamp(labels))
+        body = node_feature(node=ctx.node_name, namespace=gfd.namespace, labels=_without_timestamp(labels))
         if body != configs.last_feature:  # written only when the labels change
             await ctx.node.apply_node_feature(body)
             configs.last_feature = body
         return labels
-    output = env.get("GFD_OUTPUT_FILE", DEFAULT_OUTPUT)
-    if output:
-        await asyncio.to_thread(write_feature_file, ctx.path(output), labels)
-    if _true(env.get("GFD_LABEL_NODE")) and ctx.node is not None:
+    if gfd.output:
+        await asyncio.to_thread(write_feature_file, ctx.path(gfd.output), labels)
+    if gfd.label_node and ctx.node is not None:
         current = await ctx.node.labels()
         changes: dict[str, str | None] = {k: v for k, v in labels.items() if current.get(k) != v}
         # The timestamp alone changing is not worth a write on every pass at thousands of nodes.
@@ -126,13 +180,12 @@ async def main(ctx: AgentContext) -> None:
 
 async def run(ctx: AgentContext) -> LoopStats:
     """Publish labels every interval until stopped (``GFD_ONESHOT``: until one round has run)."""
+    gfd = settings_from_env(ctx.env)  # before anything runs: a bad value stops GFD with one line
     configs = NamedConfigs(ctx)
-    interval = parse_interval(ctx.env.get("GFD_SLEEP_INTERVAL", "60s"))
-    oneshot = _true(ctx.env.get("GFD_ONESHOT"))
 
     async def round_() -> None:
         try:
-            labels = await publish_once(ctx, configs=configs)
+            labels = await publish_once(ctx, configs=configs, options=gfd)
         except (ConfigError, GpuError) as exc:  # the administrator's or the GPU's problem: said, not retried
             log.error("gfd[%s]: labels not updated: %s", ctx.node_name, exc)
             return
@@ -140,5 +193,5 @@ async def run(ctx: AgentContext) -> LoopStats:
         log.debug("gfd[%s]: %d labels", ctx.node_name, len(labels))
 
     # Anything else (the API unreachable, slow, 429, 500) is retried by the runtime, sooner than the interval.
-    return await every(name=f"gfd[{ctx.node_name}]", seconds=None if oneshot else interval, work=round_,
+    return await every(name=f"gfd[{ctx.node_name}]", seconds=None if gfd.oneshot else gfd.interval, work=round_,
                        sleep=ctx.sleep)  # fmt: skip
