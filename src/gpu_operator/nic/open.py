@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from gpu_operator.agents.gfd.envinput import env_flag, env_path
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.nic.null import NullNics
 from gpu_operator.nic.sysfs import SysfsNics
 from gpu_operator.nic.types import NicBackend, NicError
@@ -18,14 +20,27 @@ from gpu_operator.nic.types import NicBackend, NicError
 BACKENDS = ("sysfs", "auto", "null")  # auto: sysfs
 
 
+class NicSettingsError(NicError, ConfigRefusedError):
+    """A ``NIC_*`` variable the backend cannot use: a NicError, and one line for ``gpu-operator agent``."""
+
+
 def open_nics(*, env: Mapping[str, str], host_path: Callable[[str], Path]) -> NicBackend:
-    """The backend ``env`` asks for; NicError naming NIC_BACKEND for an unknown one."""
+    """The backend ``env`` asks for; NicSettingsError naming the variable (NIC_BACKEND, NIC_SYSFS_ROOT,
+    NIC_DEV_ROOT, NIC_NETLINK) for a value it cannot use."""
     kind = (env.get("NIC_BACKEND") or "sysfs").strip().lower()
+    if kind not in BACKENDS:  # repr of at most 60 characters: one line, whatever the value holds
+        shown = repr(kind[:60]) + ("..." if len(kind) > 60 else "")
+        raise NicSettingsError(f"NIC_BACKEND: unknown backend {shown}; known: {', '.join(BACKENDS)}")
+    try:
+        sys_root = env_path(env, "NIC_SYSFS_ROOT", default="")
+        dev_root = env_path(env, "NIC_DEV_ROOT", default="")
+        netlink = env_flag(env, "NIC_NETLINK", default=True)
+    except ConfigRefusedError as error:
+        raise NicSettingsError(str(error)) from None
     if kind == "null":
         return NullNics()
-    if kind not in ("sysfs", "auto"):
-        raise NicError(f"NIC_BACKEND: unknown backend {kind!r}; known: {', '.join(BACKENDS)}")
-    sys_root = Path(env["NIC_SYSFS_ROOT"]) if env.get("NIC_SYSFS_ROOT") else host_path("/sys")
-    dev_root = Path(env["NIC_DEV_ROOT"]) if env.get("NIC_DEV_ROOT") else host_path("/dev")
-    netlink = (env.get("NIC_NETLINK") or "true").strip().lower() not in ("0", "false", "no", "off")
-    return SysfsNics(sys_root=sys_root, dev_root=dev_root, netlink=netlink)
+    return SysfsNics(
+        sys_root=Path(sys_root) if sys_root else host_path("/sys"),
+        dev_root=Path(dev_root) if dev_root else host_path("/dev"),
+        netlink=netlink,
+    )

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
+from gpu_operator.agents.gfd.envinput import env_duration
 from gpu_operator.agents.mps import daemons
 from gpu_operator.agents.mps.daemons import DaemonSpec, MpsError
 from gpu_operator.agents.runtime import AgentContext
@@ -23,6 +25,13 @@ from gpu_operator.agents.shared.resources import LayoutError, build_resources
 from gpu_operator.gpu.backend import GpuBackend, GpuError
 
 log = logging.getLogger(__name__)
+DEFAULT_CHECK_INTERVAL = 5.0
+
+
+def check_interval(env: Mapping[str, str]) -> float:
+    """``MPS_CHECK_INTERVAL``: seconds (``5``) or a duration (``5s``) from 100ms to 1h between checks."""
+    value = env_duration(env, "MPS_CHECK_INTERVAL", default=DEFAULT_CHECK_INTERVAL, minimum=0.1, maximum=3600.0)
+    return DEFAULT_CHECK_INTERVAL if value is None else value
 
 
 def wanted(*, backend: GpuBackend, settings: Settings) -> list[DaemonSpec]:
@@ -78,7 +87,7 @@ class Daemons:
 
 async def main(ctx: AgentContext) -> None:
     """Keep the node's MPS control daemons running until the container is stopped."""
-    interval = float(ctx.env.get("MPS_CHECK_INTERVAL", "5"))
+    interval = check_interval(ctx.env)  # before any daemon starts: a bad value stops the agent with one line
     state = Daemons(ctx)
     try:
         while True:

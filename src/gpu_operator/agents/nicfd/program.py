@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 
+from gpu_operator.agents.gfd.envinput import env_duration
 from gpu_operator.agents.nicfd.labels import NicView, compute_labels, label_changes
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.names.network import NIC_FD_INTERVAL_ENV
@@ -26,24 +26,14 @@ from gpu_operator.runtime.periodic import every
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 60.0
 MLX5_MODULE = "mlx5_core"
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_interval(text: str | None) -> float:
-    """Seconds from ``60``, ``30s``, ``1m``, ``1h30m``; ValueError naming NIC_FD_INTERVAL otherwise."""
-    text = (text or "").strip()
-    if not text:
-        return DEFAULT_INTERVAL
-    try:
-        seconds = float(text)
-    except ValueError:
-        parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            raise ValueError(f"{NIC_FD_INTERVAL_ENV}: not a number of seconds or a duration: {text!r}") from None
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise ValueError(f"{NIC_FD_INTERVAL_ENV}: must be positive, got {text!r}")
-    return seconds
+    """Seconds from ``60``, ``30s``, ``1m``, ``1h30m`` (100ms to 24h); ConfigRefusedError naming NIC_FD_INTERVAL."""
+    value = env_duration(
+        {NIC_FD_INTERVAL_ENV: text or ""}, NIC_FD_INTERVAL_ENV, default=DEFAULT_INTERVAL, minimum=0.1, maximum=86400.0
+    )
+    return DEFAULT_INTERVAL if value is None else value
 
 
 def scan(backend: NicBackend) -> NicView:
