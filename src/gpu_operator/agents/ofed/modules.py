@@ -12,6 +12,7 @@ the stand-in's semantics); :class:`NullOfed` loads nothing (a node whose kernel 
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -41,6 +42,7 @@ EXPORTED_SOURCES = "usr/src/ofa_kernel"
 FAULT_FILE = "/etc/simulated-ofed/fault"
 LOAD_SECONDS_FILE = "/etc/simulated-ofed/load-seconds"
 SIM_LOAD_SECONDS = 0.5
+MAX_SIM_LOAD_SECONDS = 600.0  # a simulated load longer than this is a typo, not a test
 FAIL, HANG = "fail", "hang"
 
 
@@ -97,7 +99,7 @@ def _run(command: Sequence[str], *, timeout: float) -> str:
 def _read(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8").strip()
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # an unreadable fact reads as absent, as a missing one
         return ""
 
 
@@ -205,9 +207,13 @@ class SimulatedOfed(_SysModules):
         wanted = " ".join(words[1:])
         if wanted and wanted not in self.version:
             mode = ""
-        try:
-            seconds = max(0.0, float(_read(self.host_root / LOAD_SECONDS_FILE.lstrip("/"))))
+        text = _read(self.host_root / LOAD_SECONDS_FILE.lstrip("/")).strip()
+        try:  # ASCII and short: float() also reads "inf" and other scripts' digits
+            seconds = float(text) if text.isascii() and len(text) <= 32 else SIM_LOAD_SECONDS
         except ValueError:
+            seconds = SIM_LOAD_SECONDS
+        seconds = max(0.0, seconds)
+        if not math.isfinite(seconds) or seconds > MAX_SIM_LOAD_SECONDS:  # never an endless load
             seconds = SIM_LOAD_SECONDS
         return mode, seconds
 

@@ -26,9 +26,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_operator.agents.gfd.envinput import env_flag, env_text
 from gpu_operator.agents.ofed.modules import (
     FAIL,
     HANG,
@@ -42,6 +45,7 @@ from gpu_operator.agents.ofed.modules import (
     SimulatedOfed,
 )
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.names import network as net
 
 log = logging.getLogger(__name__)
@@ -52,24 +56,56 @@ class OfedError(Exception):
     """The driver could not be loaded; the message says why."""
 
 
-def flag(env: Mapping[str, str], name: str, *, default: bool) -> bool:
-    value = env.get(name, "").strip().lower()
-    return default if not value else value in ("1", "true", "yes", "on")
+class OfedSettingsError(OfedError, ConfigRefusedError):
+    """A variable of the driver container's environment it cannot use; one line naming it."""
+
+
+# A driver version as Mellanox tags it (``25.04-0.6.1.0-2``); it is written into ``.driver-ready``,
+# so a newline or a shell word in it would reach whoever reads that file.
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]*")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OfedSettings:
+    """The driver container's environment, read and checked before any module is touched."""
+
+    backend: str = ""  # "": chosen from the host root
+    version: str = ""
+    unload_storage: bool = False
+    restore_on_termination: bool = True
+
+
+def settings_from_env(env: Mapping[str, str]) -> OfedSettings:
+    """:class:`OfedSettings` from ``env``; OfedSettingsError naming the variable for a bad value."""
+    backend = env.get("OFED_BACKEND", "").strip().lower()
+    if backend and backend not in BACKENDS:  # repr of at most 60 characters: one line
+        shown = repr(backend[:60]) + ("..." if len(backend) > 60 else "")
+        raise OfedSettingsError(f"OFED_BACKEND: {shown} is not one of {', '.join(BACKENDS)}")
+    try:
+        return OfedSettings(
+            backend=backend,
+            version=env_text(
+                env, "NVIDIA_NIC_DRIVER_VER", default="", pattern=_VERSION, what="a driver version", limit=63
+            ),
+            unload_storage=env_flag(env, "UNLOAD_STORAGE_MODULES", default=False),
+            restore_on_termination=env_flag(env, "RESTORE_DRIVER_ON_POD_TERMINATION", default=True),
+        )
+    except ConfigRefusedError as error:
+        raise OfedSettingsError(str(error)) from None
 
 
 def open_host(ctx: AgentContext) -> OfedHost:
     """``OFED_BACKEND`` (host, simulated, null); unset: the real host when ``HOST_ROOT``'s /sys is the
     kernel's (a mount, or it has ``kernel/``), else a simulated node's files."""
-    chosen = ctx.env.get("OFED_BACKEND", "").strip().lower()
-    if chosen and chosen not in BACKENDS:
-        raise OfedError(f"OFED_BACKEND: {chosen!r} is not one of {', '.join(BACKENDS)}")
+    settings = settings_from_env(ctx.env)
+    chosen = settings.backend
     sys_root = ctx.host_path("/sys")
     if not chosen:
         chosen = "host" if os.path.ismount(sys_root) or (sys_root / "kernel").is_dir() else "simulated"
     if chosen == "null":
         return NullOfed()
     if chosen == "simulated":
-        return SimulatedOfed(host_root=ctx.host_path("/"), version=ctx.env.get("NVIDIA_NIC_DRIVER_VER", ""))
+        return SimulatedOfed(host_root=ctx.host_path("/"), version=settings.version)
     return HostOfed(sys_root=sys_root, host_root=ctx.host_path("/"))
 
 
@@ -77,7 +113,8 @@ class Ofed:
     """The driver container's work on one node (blocking host calls: run them in a thread)."""
 
     def __init__(self, *, ctx: AgentContext, host: OfedHost) -> None:
-        self.ctx, self.host, self.env = ctx, host, ctx.env
+        self.ctx, self.host = ctx, host
+        self.settings = settings_from_env(ctx.env)
         self.drivers = ctx.path(net.DRIVERS_DIR)
         self.ready_file = self.drivers / Path(net.DRIVER_READY).name
         self.name = f"ofed-driver[{ctx.node_name}]"
@@ -93,8 +130,7 @@ class Ofed:
         """Check what blocks a swap and unload what must go; False when the driver is loaded already."""
         loaded = self.host.loaded()
         storage = [m for m in STORAGE_MODULES if m in loaded]
-        unload_storage = flag(self.env, "UNLOAD_STORAGE_MODULES", default=False)
-        if storage and not unload_storage:
+        if storage and not self.settings.unload_storage:
             raise OfedError(
                 f"storage modules {', '.join(storage)} hold the RDMA stack: set UNLOAD_STORAGE_MODULES=true "
                 "in ofedDriver.env to unload them before the driver loads"
@@ -133,7 +169,7 @@ class Ofed:
             self.host.expose_root(self.drivers)
         except ModuleError as error:
             raise OfedError(str(error)) from error
-        version = self.env.get("NVIDIA_NIC_DRIVER_VER", "")
+        version = self.settings.version
         tmp = self.ready_file.with_name(f"{self.ready_file.name}.tmp")
         tmp.write_text(f"{version}\n" if version else "", encoding="utf-8")
         tmp.replace(self.ready_file)
@@ -149,7 +185,7 @@ class Ofed:
 
     def stop(self) -> None:
         self.ready_file.unlink(missing_ok=True)
-        if not flag(self.env, "RESTORE_DRIVER_ON_POD_TERMINATION", default=True) or not self.swapped:
+        if not self.settings.restore_on_termination or not self.swapped:
             return
         try:
             self.unload(list(UNLOAD_ORDER), loaded=self.host.loaded())
@@ -170,7 +206,7 @@ async def main(ctx: AgentContext) -> None:
         if await ctx.sleep(seconds):
             return
         if mode == FAIL:
-            raise OfedError(f"loading the OFED driver {ctx.env.get('NVIDIA_NIC_DRIVER_VER', '')} failed (simulated)")
+            raise OfedError(f"loading the OFED driver {ofed.settings.version} failed (simulated)")
         if swap and mode != HANG:
             await asyncio.to_thread(ofed.load)
         if mode != HANG:

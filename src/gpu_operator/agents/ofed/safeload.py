@@ -15,10 +15,13 @@ exits with an error (upstream: "waiting canceled"), so the driver never loads un
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
+from gpu_operator.agents.gfd.envinput import env_duration, env_text
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.names import network as net
 from gpu_operator.names.keys import upgrade_keys
 
@@ -40,21 +43,30 @@ class NodeAnnotations(Protocol):
     async def patch_annotations(self, changes: Mapping[str, str | None]) -> None: ...
 
 
-def _poll_seconds(env: Mapping[str, str]) -> float:
-    text = env.get("SAFE_LOAD_POLL_SECONDS", "").strip()
+class SafeLoadSettingsError(SafeLoadError, ConfigRefusedError):
+    """A variable of the init container's environment it cannot use; one line naming it."""
+
+
+# A Kubernetes annotation key: an optional DNS-subdomain prefix and a name of at most 63 characters.
+_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def settings_from_env(env: Mapping[str, str]) -> tuple[str, float]:
+    """(``SAFE_LOAD_ANNOTATION``, ``SAFE_LOAD_POLL_SECONDS``): an annotation key and 100ms to 5m between
+    re-reads; SafeLoadSettingsError naming the variable for a bad value."""
     try:
-        value = float(text) if text else POLL_SECONDS
-    except ValueError as error:
-        raise SafeLoadError(f"SAFE_LOAD_POLL_SECONDS: {text!r} is not a number of seconds") from error
-    if value <= 0:
-        raise SafeLoadError(f"SAFE_LOAD_POLL_SECONDS: {text!r} must be more than 0")
-    return value
+        annotation = env_text(
+            env, "SAFE_LOAD_ANNOTATION", default=ANNOTATION, pattern=_KEY, what="an annotation key", limit=317
+        )
+        poll = env_duration(env, "SAFE_LOAD_POLL_SECONDS", default=POLL_SECONDS, minimum=0.1, maximum=300.0)
+    except ConfigRefusedError as error:
+        raise SafeLoadSettingsError(str(error)) from None
+    return annotation, POLL_SECONDS if poll is None else poll
 
 
 async def main(ctx: AgentContext) -> None:
     """Set the safe-load annotation on this node, wait until the upgrade controller removes it."""
-    annotation = ctx.env.get("SAFE_LOAD_ANNOTATION", "").strip() or ANNOTATION
-    poll = _poll_seconds(ctx.env)
+    annotation, poll = settings_from_env(ctx.env)
     node = ctx.node
     if not ctx.node_name or not isinstance(node, NodeAnnotations):
         raise SafeLoadError("ofed-safe-load needs its Node (NODE_NAME and API access) to set its annotation")
