@@ -20,12 +20,15 @@ import asyncio
 import logging
 import os
 import platform
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from gpu_operator.agents.drivermanager.modules import LOAD_ORDER, DriverHost, ModuleError, unload_all
 from gpu_operator.agents.drivermanager.steps import DRIVER_ROOT, PID_FILE, STATE_FILE, driver_host
+from gpu_operator.agents.gfd.envinput import env_flag, env_text
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 
 log = logging.getLogger(__name__)
 VALIDATIONS = "/run/nvidia/validations"
@@ -37,8 +40,29 @@ class DriverError(Exception):
     """The driver could not be installed or loaded; the message says why."""
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+class DriverSettingsError(DriverError, ConfigRefusedError):
+    """A variable of the driver container's environment it cannot use; one line naming it."""
+
+
+# A driver version (``595.91.07``) and a kernel release (``5.15.0-119-generic``): both end up in paths
+# and in files other containers read, so a newline or a '/' in them is refused, not passed on.
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]*")
+_DIGEST = re.compile(r"[A-Za-z0-9._:+=-]+")
+FEATURE_FLAGS = ("GDRCOPY_ENABLED", "GDS_ENABLED", "GPU_DIRECT_RDMA_ENABLED")
+
+
+def _flag(env: Mapping[str, str], name: str, *, default: bool = False) -> bool:
+    try:
+        return env_flag(env, name, default=default)
+    except ConfigRefusedError as error:
+        raise DriverSettingsError(str(error)) from None
+
+
+def _text(env: Mapping[str, str], name: str, *, pattern: re.Pattern[str], what: str, limit: int) -> str:
+    try:
+        return env_text(env, name, default="", pattern=pattern, what=what, limit=limit)
+    except ConfigRefusedError as error:
+        raise DriverSettingsError(str(error)) from None
 
 
 def _write(path: Path, text: str) -> None:
@@ -50,8 +74,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def ready_file_content(env: Mapping[str, str]) -> str:
-    flags = ("GDRCOPY_ENABLED", "GDS_ENABLED", "GPU_DIRECT_RDMA_ENABLED")
-    return "".join(f"{name}={'true' if _flag(env, name) else 'false'}\n" for name in flags)
+    return "".join(f"{name}={'true' if _flag(env, name) else 'false'}\n" for name in FEATURE_FLAGS)
 
 
 class Driver:
@@ -60,16 +83,21 @@ class Driver:
     def __init__(self, *, ctx: AgentContext, host: DriverHost) -> None:
         self.ctx, self.host = ctx, host
         self.env = ctx.env
-        self.version = self.env.get("DRIVER_VERSION", "").strip()
-        self.digest = self.env.get("DRIVER_CONFIG_DIGEST", "")
-        self.kernel = self.env.get("KERNEL_VERSION") or platform.release()
+        # Every variable is checked here, before anything is written or loaded (``main`` builds this first).
+        self.version = _text(self.env, "DRIVER_VERSION", pattern=_VERSION, what="a driver version", limit=63)
+        self.digest = _text(self.env, "DRIVER_CONFIG_DIGEST", pattern=_DIGEST, what="a config digest", limit=128)
+        kernel = _text(self.env, "KERNEL_VERSION", pattern=_VERSION, what="a kernel release", limit=128)
+        self.kernel = kernel or platform.release()
+        self.force_reinstall = _flag(self.env, "FORCE_REINSTALL")
+        self.unload_on_exit = _flag(self.env, "UNLOAD_ON_EXIT", default=True)
+        self.ready_content = ready_file_content(self.env)
         self.name = f"driver[{ctx.node_name}]"
 
     def _path(self, path: str) -> Path:
         return self.ctx.path(path)
 
     def fast_path(self) -> bool:
-        if not self.digest or _flag(self.env, "FORCE_REINSTALL") or "nvidia" not in self.host.loaded():
+        if not self.digest or self.force_reinstall or "nvidia" not in self.host.loaded():
             return False
         try:
             return self._path(STATE_FILE).read_text(encoding="utf-8").strip() == self.digest
@@ -96,13 +124,13 @@ class Driver:
         if self.digest:
             _write(self._path(STATE_FILE), self.digest + "\n")
         _write(self._path(DAEMONS_STATUS), "Ready\n")
-        _write(self._path(CTR_READY), ready_file_content(self.env))
+        _write(self._path(CTR_READY), self.ready_content)
         return how
 
     def stop(self) -> None:
         for path in (CTR_READY, DAEMONS_STATUS):
             self._path(path).unlink(missing_ok=True)
-        if self.env.get("UNLOAD_ON_EXIT", "true").strip().lower() not in ("0", "false", "no", "off"):
+        if self.unload_on_exit:
             try:
                 unload_all(self.host)
             except ModuleError as error:

@@ -26,30 +26,57 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpu_operator.agents.drivermanager.eviction import EvictionError, EvictionOptions
-from gpu_operator.agents.drivermanager.steps import DriverManagerError, Steps, driver_host
+from gpu_operator.agents.drivermanager.steps import (
+    DriverManagerError,
+    DriverManagerSettingsError,
+    Steps,
+    driver_host,
+)
+from gpu_operator.agents.gfd.envinput import env_duration, env_flag, env_text, format_seconds
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import NodeCluster, cluster_of
+from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe
 from gpu_operator.agents.shared.operands import DRIVER_PAUSE, Clock
 from gpu_operator.names import keys
 
 log = logging.getLogger(__name__)
 PREINSTALLED_LABEL = keys.DEPLOY_DRIVER
 UPGRADE_ENABLED_ANNOTATION = keys.UPGRADE_ENABLED
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+
+_DAY = 86400.0
+# A label key (optional DNS-subdomain prefix, name of up to 63 characters) and a label selector of
+# such keys (``app=x,tier!=y``, ``!key``, ``key in (a,b)``): passed to the API server as they are.
+_KEY = r"[A-Za-z0-9](?:[-A-Za-z0-9_./]{0,315}[A-Za-z0-9])?"
+_VALUE = r"[-A-Za-z0-9_.]{0,63}"
+_REQUIREMENT = rf"(?:!?{_KEY}|{_KEY} ?(?:=|==|!=) ?{_VALUE}|{_KEY} (?:in|notin) \( ?{_VALUE}(?: ?, ?{_VALUE})* ?\))"
+_LABEL_KEY = re.compile(_KEY)
+_SELECTOR = re.compile(rf"{_REQUIREMENT}(?: ?, ?{_REQUIREMENT})*")
+_DIGEST = re.compile(r"[A-Za-z0-9._:+=-]+")
 
 
 def _flag(env: Mapping[str, str], name: str, *, default: bool) -> bool:
-    value = env.get(name, "").strip().lower()
-    return default if not value else value in ("1", "true", "yes", "on")
+    try:
+        return env_flag(env, name, default=default)
+    except ConfigRefusedError as error:
+        raise DriverManagerSettingsError(str(error)) from None
 
 
-def seconds(text: str, *, name: str) -> float:
-    """``90``, ``90s``, ``5m``, ``1h``, ``500ms`` -> seconds."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise DriverManagerError(f"{name}: not a duration: {text!r}")
-    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
-    return float(match.group(1)) * scale
+def seconds(text: str, *, name: str, minimum: float = 0.0, maximum: float = _DAY) -> float:
+    """``90``, ``90s``, ``5m``, ``1h``, ``1m30s``, ``500ms`` -> seconds, from ``minimum`` to ``maximum``."""
+    try:
+        value = env_duration({name: text}, name, default=0.0, minimum=minimum, maximum=maximum)
+    except ConfigRefusedError:
+        bounds = f"from {format_seconds(minimum)} to {format_seconds(maximum)}"
+        raise DriverManagerSettingsError(f"{name}: not a duration {bounds}: {describe(text.strip())}") from None
+    return 0.0 if value is None else value
+
+
+def _text(env: Mapping[str, str], name: str, *, pattern: re.Pattern[str], what: str, limit: int) -> str:
+    try:
+        return env_text(env, name, default="", pattern=pattern, what=what, limit=limit)
+    except ConfigRefusedError as error:
+        raise DriverManagerSettingsError(str(error)) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,25 +90,29 @@ class ManagerSettings:
 
 
 def settings_from_env(env: Mapping[str, str]) -> ManagerSettings:
-    timeout = seconds(env.get("EVICTION_TIMEOUT_SECONDS", "300"), name="EVICTION_TIMEOUT_SECONDS")
-    drain_timeout = seconds(env.get("DRAIN_TIMEOUT_SECONDS", "0s"), name="DRAIN_TIMEOUT_SECONDS")
+    """The driver manager's environment; DriverManagerSettingsError naming the variable for a bad value
+    (every wait bounded: a node agent that never gives up wedges the node)."""
+    timeout = seconds(env.get("EVICTION_TIMEOUT_SECONDS") or "300", name="EVICTION_TIMEOUT_SECONDS", minimum=1.0)
+    drain_timeout = seconds(env.get("DRAIN_TIMEOUT_SECONDS") or "0s", name="DRAIN_TIMEOUT_SECONDS")
     eviction = EvictionOptions(
         gpu_pod_eviction=_flag(env, "ENABLE_GPU_POD_EVICTION", default=True),
         auto_drain=_flag(env, "ENABLE_AUTO_DRAIN", default=False),
         drain_force=_flag(env, "DRAIN_USE_FORCE", default=False),
-        drain_selector=env.get("DRAIN_POD_SELECTOR_LABEL", ""),
+        drain_selector=_text(env, "DRAIN_POD_SELECTOR_LABEL", pattern=_SELECTOR, what="a label selector", limit=1024),
         drain_delete_empty_dir=_flag(env, "DRAIN_DELETE_EMPTYDIR_DATA", default=False),
         # 0 means "no limit" upstream; a node agent that never gives up wedges the node, so it is bounded.
         timeout=drain_timeout or timeout,
-        interval=seconds(env.get("EVICTION_POLL_SECONDS", "1"), name="EVICTION_POLL_SECONDS"),
+        interval=seconds(
+            env.get("EVICTION_POLL_SECONDS") or "1", name="EVICTION_POLL_SECONDS", minimum=0.01, maximum=300.0
+        ),
     )
     return ManagerSettings(
         eviction=eviction,
-        operand_wait=seconds(env.get("OPERAND_WAIT_SECONDS", "300"), name="OPERAND_WAIT_SECONDS"),
-        preinstalled_wait=seconds(env.get("PREINSTALLED_WAIT_SECONDS", "60"), name="PREINSTALLED_WAIT_SECONDS"),
+        operand_wait=seconds(env.get("OPERAND_WAIT_SECONDS") or "300", name="OPERAND_WAIT_SECONDS"),
+        preinstalled_wait=seconds(env.get("PREINSTALLED_WAIT_SECONDS") or "60", name="PREINSTALLED_WAIT_SECONDS"),
         force_reinstall=_flag(env, "FORCE_REINSTALL", default=False),
-        digest=env.get("DRIVER_CONFIG_DIGEST", ""),
-        custom_label=env.get("NODE_LABEL_FOR_GPU_POD_EVICTION", ""),
+        digest=_text(env, "DRIVER_CONFIG_DIGEST", pattern=_DIGEST, what="a config digest", limit=128),
+        custom_label=_text(env, "NODE_LABEL_FOR_GPU_POD_EVICTION", pattern=_LABEL_KEY, what="a label key", limit=317),
     )
 
 

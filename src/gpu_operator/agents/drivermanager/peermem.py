@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from gpu_operator.agents.drivermanager.driver import CTR_READY
 from gpu_operator.agents.drivermanager.modules import DriverHost
 from gpu_operator.agents.drivermanager.steps import DRIVER_ROOT, driver_host
+from gpu_operator.agents.gfd.envinput import env_duration, env_flag
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.names.network import DRIVER_READY
 from gpu_operator.runtime.loop import LoopStats
@@ -45,20 +46,16 @@ MLX5_CORE = "/sys/module/mlx5_core"
 DEFAULT_POLL_SECONDS = 2.0
 
 
-def _flag(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def poll_seconds(raw: str | None) -> float:
-    """``PEERMEM_POLL_SECONDS``: how often the prerequisites and the module are checked."""
-    text = (raw or "").strip() or str(DEFAULT_POLL_SECONDS)
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"PEERMEM_POLL_SECONDS: not a number: {text!r}") from None
-    if value <= 0:
-        raise ValueError(f"PEERMEM_POLL_SECONDS: must be positive (got {text!r})")
-    return value
+    """``PEERMEM_POLL_SECONDS``: how often the prerequisites and the module are checked (100ms to 1h)."""
+    value = env_duration(
+        {"PEERMEM_POLL_SECONDS": raw or ""},
+        "PEERMEM_POLL_SECONDS",
+        default=DEFAULT_POLL_SECONDS,
+        minimum=0.1,
+        maximum=3600.0,
+    )
+    return DEFAULT_POLL_SECONDS if value is None else value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,7 +89,7 @@ class PeerMemory:
 
     def __init__(self, *, ctx: AgentContext, host: DriverHost) -> None:
         self.ctx, self.host = ctx, host
-        self.host_mofed = _flag(ctx.env.get("USE_HOST_MOFED"))
+        self.host_mofed = env_flag(ctx.env, "USE_HOST_MOFED", default=False)
         self.name = f"nvidia-peermem[{ctx.node_name}]"
 
     def observe(self) -> Observation:

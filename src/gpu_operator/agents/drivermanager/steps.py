@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gpu_operator.agents.drivermanager.eviction import EvictionError, drain, evict_gpu_pods
 from gpu_operator.agents.drivermanager.modules import DriverHost, HostDriver, ModuleError, SimulatedDriver, unload_all
+from gpu_operator.agents.gfd.envinput import env_choice, env_duration, env_path
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import NodeCluster
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.agents.shared.operands import (
     DRIVER_OPERANDS,
     DRIVER_PAUSE,
@@ -43,23 +46,45 @@ class DriverManagerError(Exception):
     """The driver manager could not make the node ready; the message is the reason it reports."""
 
 
+class DriverManagerSettingsError(DriverManagerError, ConfigRefusedError):
+    """A variable of the driver pod's environment it cannot use; one line naming it."""
+
+
+MODULE_TYPES = ("open", "proprietary", "auto")  # upstream's KERNEL_MODULE_TYPE values
+MAX_SIMULATED_LOAD_SECONDS = 600.0
+
+
+def host_settings(env: Mapping[str, str]) -> tuple[float, str, str]:
+    """(``SIMULATED_MODULE_LOAD_SECONDS``, ``DRIVER_RUNFILE_DIR``, ``KERNEL_MODULE_TYPE``) from ``env``;
+    DriverManagerSettingsError naming the variable for a bad value."""
+    try:
+        load = env_duration(env, "SIMULATED_MODULE_LOAD_SECONDS", default=0.0, minimum=0.0,
+                            maximum=MAX_SIMULATED_LOAD_SECONDS)  # fmt: skip
+        runfiles = env_path(env, "DRIVER_RUNFILE_DIR", default="/drivers")
+        module_type = env_choice(env, "KERNEL_MODULE_TYPE", default="open", choices=MODULE_TYPES)
+    except ConfigRefusedError as error:
+        raise DriverManagerSettingsError(str(error)) from None
+    return 0.0 if load is None else load, runfiles, module_type
+
+
 def driver_host(ctx: AgentContext, *, modprobe_root: str | None = None) -> DriverHost:
     """The simulated driver host when the GPU backend can load and unload itself, else the real one
     (loading modules from ``modprobe_root``, a container path, when given: the driver's exposed root)."""
+    load_seconds, runfiles, module_type = host_settings(ctx.env)
     if isinstance(ctx.gpu, LoadableBackend):
         return SimulatedDriver(
             host_root=ctx.host_path("/"),
             set_present=ctx.gpu.set_present,
             set_version=ctx.gpu.set_driver_version,
-            load_seconds=float(ctx.env.get("SIMULATED_MODULE_LOAD_SECONDS", "0")),
+            load_seconds=load_seconds,
         )
     return HostDriver(
         # The host's sysfs through the host root: the same kernel as the container's own /sys on a real
         # host, and the only view of a node's fake kernel (sim.fakedriver.container) on a test node.
         sys_root=ctx.host_path("/sys"),
         host_root=ctx.host_path("/"),
-        runfile_dir=ctx.path(ctx.env.get("DRIVER_RUNFILE_DIR", "/drivers")),
-        module_type=ctx.env.get("KERNEL_MODULE_TYPE", "open") or "open",
+        runfile_dir=ctx.path(runfiles),
+        module_type=module_type,
         modprobe_root=ctx.path(modprobe_root) if modprobe_root else None,
     )
 
