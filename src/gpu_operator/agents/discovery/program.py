@@ -13,9 +13,11 @@ root mount; a test node points it at a fake tree) and ``DISCOVERY_INTERVAL_SECON
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from gpu_operator.agents.discovery.osrelease import os_labels
 from gpu_operator.agents.discovery.pci import nvidia_gpus
+from gpu_operator.agents.gfd.envinput import env_duration, env_path
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.names.keys import GPU_DISCOVERED
 from gpu_operator.runtime.loop import LoopStats
@@ -27,18 +29,21 @@ DEFAULT_DEVICES = "/sys/bus/pci/devices"
 
 
 def _interval(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"DISCOVERY_INTERVAL_SECONDS: not a number: {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"DISCOVERY_INTERVAL_SECONDS: must be positive (got {raw!r})")
-    return value
+    """``DISCOVERY_INTERVAL_SECONDS``: seconds (``60``) or a duration (``1m``) from 1s to 24h."""
+    value = env_duration(
+        {"DISCOVERY_INTERVAL_SECONDS": raw}, "DISCOVERY_INTERVAL_SECONDS", default=60.0, minimum=1.0, maximum=86400.0
+    )
+    return 60.0 if value is None else value
+
+
+def devices_dir(env: Mapping[str, str]) -> str:
+    """``PCI_DEVICES_DIR``: the PCI tree scanned (an absolute path without '..'; the host's by default)."""
+    return env_path(env, "PCI_DEVICES_DIR", default=DEFAULT_DEVICES)
 
 
 async def discover_once(ctx: AgentContext) -> bool:
     """Scan the PCI tree and bring the label up to date; return whether this node has NVIDIA GPUs."""
-    devices = ctx.host_path(ctx.env.get("PCI_DEVICES_DIR") or DEFAULT_DEVICES)
+    devices = ctx.host_path(devices_dir(ctx.env))
     gpus = nvidia_gpus(devices)
     wanted: dict[str, str | None] = {DISCOVERED: "true" if gpus else "false", **os_labels(ctx.host_path("/"))}
     if ctx.node is not None:
@@ -56,7 +61,9 @@ async def main(ctx: AgentContext) -> None:
 
 async def run(ctx: AgentContext) -> LoopStats:
     """Label the node every interval; a failed round (the API briefly unreachable) is retried sooner."""
+    # Both checked before the first round: a bad value stops the agent with one line naming it.
     interval = _interval(ctx.env.get("DISCOVERY_INTERVAL_SECONDS") or "60")
+    devices_dir(ctx.env)
 
     async def round_() -> None:
         await discover_once(ctx)

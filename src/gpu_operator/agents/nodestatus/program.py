@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from gpu_operator.agents.gfd.envinput import env_duration, env_path
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.allocatable import AllocatableError, allocatable_gpus
 from gpu_operator.agents.shared.httpserver import METRICS_CONTENT_TYPE, HttpServer, Page, parse_listen
@@ -26,6 +27,7 @@ from gpu_operator.agents.shared.validations import OUTPUT_DIR, READY_FILES, Stat
 log = logging.getLogger(__name__)
 PREFIX = "gpu_operator_node_"
 DEFAULT_PORT = 8000
+DEFAULT_INTERVAL = 5.0
 _HELP: Mapping[str, str] = MappingProxyType(
     {
         "driver": "1 when the driver validation passed on this node (driver-ready exists), else 0.",
@@ -52,6 +54,12 @@ def render_status(*, ready: Mapping[str, bool], devices: int | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sleep_interval(env: Mapping[str, str]) -> float:
+    """``SLEEP_INTERVAL_SECONDS``: seconds (``5``) or a duration (``5s``) from 100ms to 1h between refreshes."""
+    value = env_duration(env, "SLEEP_INTERVAL_SECONDS", default=DEFAULT_INTERVAL, minimum=0.1, maximum=3600.0)
+    return DEFAULT_INTERVAL if value is None else value
+
+
 class NodeStatusExporter:
     """Refreshes the page every interval; ``main`` runs it, tests drive it directly."""
 
@@ -61,12 +69,8 @@ class NodeStatusExporter:
         listen = env.get("NODE_STATUS_EXPORTER_LISTEN") or f":{env.get('METRICS_PORT') or DEFAULT_PORT}"
         host, port = parse_listen(listen, variable="NODE_STATUS_EXPORTER_LISTEN/METRICS_PORT")
         host = host or env.get("GPU_OPERATOR_BIND_ADDRESS", "")  # see agents/runtime.py
-        raw = env.get("SLEEP_INTERVAL_SECONDS") or "5"
-        try:
-            self.interval = float(raw)
-        except ValueError:
-            raise ValueError(f"SLEEP_INTERVAL_SECONDS: not a number: {raw!r}") from None
-        self.status = StatusDir(ctx.host_path(env.get("OUTPUT_DIR") or OUTPUT_DIR))
+        self.interval = sleep_interval(env)
+        self.status = StatusDir(ctx.host_path(env_path(env, "OUTPUT_DIR", default=OUTPUT_DIR)))
         self.name = f"node-status-exporter[{ctx.node_name}]"
         self.page = Page(b"", content_type=METRICS_CONTENT_TYPE)
         health = Page(b"OK\n")
