@@ -36,7 +36,11 @@ POLICY: dict[str, Any] = {
             "env": [{"name": "UNLOAD_STORAGE_MODULES", "value": "true"}],
             "upgradePolicy": {"autoUpgrade": True, "safeLoad": True},
         },
-        "rdmaSharedDevicePlugin": {**OURS, "useCdi": True, "config": '{"configList":[]}'},
+        "rdmaSharedDevicePlugin": {
+            **OURS,
+            "useCdi": True,
+            "config": '{"configList":[{"resourceName":"rdma_shared_device_a","rdmaHcaMax":63,"selectors":{"vendors":["15b3"]}}]}',
+        },
         "sriovDevicePlugin": {**OURS, "config": '{"resourceList":[]}'},
         "nicFeatureDiscovery": OURS,
     },

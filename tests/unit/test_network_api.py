@@ -74,7 +74,7 @@ def test_attribute_names_the_renderer_and_upgrade_code_use() -> None:
     spec = {
         "global": {"repository": "r", "version": "v"},
         "ofedDriver": {**OFED, "upgradePolicy": {"drain": {"podSelector": "a=b"}}},
-        "rdmaSharedDevicePlugin": {**RDMA, "config": "{}", "useCdi": True},
+        "rdmaSharedDevicePlugin": {**RDMA, "config": RDMA_OK, "useCdi": True},
         "sriovDevicePlugin": {**RDMA, "image": "sriov-network-device-plugin"},
         "secondaryNetwork": {"multus": {"image": "multus-cni"}, "cniPlugins": {"image": "plugins"}},
         "nvIpam": {"image": "nvidia-k8s-ipam", "enableWebhook": True},
@@ -144,28 +144,41 @@ def test_cluster_policy_rules(spec: dict[str, Any], error: str | None) -> None:
     assert paths == ([] if error is None else [error])
 
 
-RDMA_OK = '{"configList": [{"resourceName": "rdma_a", "resourcePrefix": "nvidia.com", "selectors": {}}]}'
-SRIOV_OK = '{"resourceList": [{"resourceName": "hostdev.v1", "resourcePrefix": "nvidia.com"}]}'
+RDMA_OK = (
+    '{"configList": [{"resourceName": "rdma_a", "resourcePrefix": "nvidia.com", "selectors": {"vendors": ["15b3"]}}]}'
+)
+SRIOV_OK = '{"resourceList": [{"resourceName": "hostdev_v1", "resourcePrefix": "nvidia.com", "selectors": {}}]}'
+DEEP = "[" * 5000 + "]" * 5000
 
 
 @pytest.mark.parametrize(
     ("section", "config", "message"),
     [
         ("rdmaSharedDevicePlugin", RDMA_OK, None),
-        ("rdmaSharedDevicePlugin", "", None),
-        ("rdmaSharedDevicePlugin", "{not json", "must be a JSON object"),
-        ("rdmaSharedDevicePlugin", '{"configList": [{"resourceName": "rdma-a"}]}', "unique resourceName"),
-        ("rdmaSharedDevicePlugin", '{"configList": [{"resourceName": "a"}, {"resourceName": "a"}]}', "unique"),
-        ("rdmaSharedDevicePlugin", '{"configList": [{"resourceName": "a", "resourcePrefix": "x"}]}', "resourcePrefix"),
-        ("rdmaSharedDevicePlugin", '{"configList": ["a"]}', "unique resourceName"),
+        ("rdmaSharedDevicePlugin", "", "required: the plugin serves the resources of configList"),
+        ("rdmaSharedDevicePlugin", "{not json", "not valid JSON"),
+        ("rdmaSharedDevicePlugin", '{"configList": []}', "configList: expected a non-empty list of resources"),
+        ("rdmaSharedDevicePlugin", '{"configList": [{"resourceName": "rdma-a", "selectors": {"vendors": ["15b3"]}}]}',
+         "configList[0].resourceName"),
+        ("rdmaSharedDevicePlugin", '{"configList": [{"resourceName": "a", "devices": ["x"]}, '
+         '{"resourceName": "a", "devices": ["y"]}]}', "configList[1].resourceName: 'a' is already used"),
+        ("rdmaSharedDevicePlugin", '{"configList": [{"resourceName": "a", "selectors": {}}]}',
+         'neither "selectors" nor the deprecated "devices" is set'),
+        ("rdmaSharedDevicePlugin", '{"configList": [{"resourceName": "a", "rdmaHcaMax": 1000000, "devices": ["x"]}]}',
+         "configList[0].rdmaHcaMax: at most 10000"),
+        ("rdmaSharedDevicePlugin", DEEP, "nested more than 32 levels deep"),
+        ("rdmaSharedDevicePlugin", '{"configList": ["a"]}', "configList[0]"),
         ("sriovDevicePlugin", SRIOV_OK, None),
-        ("sriovDevicePlugin", '{"resourceList": [{"resourceName": "-bad"}]}', "resourceName of letters"),
+        ("sriovDevicePlugin", "", None),
+        ("sriovDevicePlugin", '{"resourceList": [{"resourceName": "hostdev.v1"}]}', "resourceList[0].resourceName"),
+        ("sriovDevicePlugin", '{"resourceList": [{"resourceName": "-bad"}]}', "resourceList[0].resourceName"),
         ("sriovDevicePlugin", '{"resourceList": [{"resourceName": "ok", "resourcePrefix": 1}]}', "resourcePrefix"),
-        ("sriovDevicePlugin", '{"resourceList": [7]}', "resourceName of letters"),
-        ("sriovDevicePlugin", "[]", "must be a JSON object"),
+        ("sriovDevicePlugin", '{"resourceList": [7]}', "resourceList[0]"),
+        ("sriovDevicePlugin", "[]", "the config must be a JSON object with a resourceList"),
     ],
-)
+)  # fmt: skip
 def test_device_plugin_config_is_checked_offline(section: str, config: str, message: str | None) -> None:
+    """Offline and in status, the embedded config goes through the node plugin's own parser."""
     for kind, extra in (("NicClusterPolicy", {}), ("NicNodePolicy", {"nodeSelector": {"pool": "a"}})):
         errors = _errors(kind, {**extra, section: {**RDMA, "config": config}})
         if message is None:

@@ -172,6 +172,6 @@ def test_validate_names_file_kind_and_field(tmp_path: Path) -> None:
     assert result.exit_code == 1
     prefix = "nicclusterpolicy.yaml: NicClusterPolicy nic-cluster-policy: "
     assert f"{prefix}spec.ofedDriver.upgradePolicy.maxParallelUpgrades: must be an integer" in result.output
-    assert f"{prefix}spec.rdmaSharedDevicePlugin.config: must be a JSON object" in result.output
+    assert f"{prefix}spec.rdmaSharedDevicePlugin.config: not valid JSON: " in result.output
     assert "ok    " in result.output
     assert "MacvlanNetwork macvlan-net" in result.output

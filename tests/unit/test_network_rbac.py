@@ -34,11 +34,12 @@ NODE = NicNode(
 )
 FACTS = NicFacts(namespace="nvidia-network-operator", nodes=(NODE,))
 IMAGE = {"image": "component"}  # repository and version from global
+RDMA_CONFIG = '{"configList": [{"resourceName": "rdma_a", "selectors": {"vendors": ["15b3"]}}]}'
 #: Every section of the NicClusterPolicy, so every state renders its objects.
 EVERY_SECTION: dict[str, Any] = {
     "global": {"repository": "registry.example/mellanox", "version": "v26.7.0"},
     "ofedDriver": {"image": "doca-driver", "version": "doca3.5.0-26.07-0.7.0.0-0"},
-    "rdmaSharedDevicePlugin": {**IMAGE, "config": '{"configList": []}'},
+    "rdmaSharedDevicePlugin": {**IMAGE, "config": RDMA_CONFIG},
     "sriovDevicePlugin": {**IMAGE, "config": '{"resourceList": []}'},
     "ibKubernetes": {
         **IMAGE,
@@ -54,7 +55,7 @@ EVERY_SECTION: dict[str, Any] = {
 NODE_POLICY: dict[str, Any] = {
     "nodeSelector": {"pool": "b"},
     "ofedDriver": {"image": "doca-driver", "repository": "r.example", "version": "doca3.5.0-26.07-0.7.0.0-0"},
-    "rdmaSharedDevicePlugin": {"image": "rdma", "repository": "r.example", "version": "v1", "config": "{}"},
+    "rdmaSharedDevicePlugin": {"image": "rdma", "repository": "r.example", "version": "v1", "config": RDMA_CONFIG},
     "sriovDevicePlugin": {"image": "sriov", "repository": "r.example", "version": "v1", "config": "{}"},
 }
 

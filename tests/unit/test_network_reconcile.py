@@ -74,7 +74,10 @@ def _status(api: FakeApi, plural: str, name: str) -> JSON:
 
 SPEC = {
     "ofedDriver": _image("doca-driver"),
-    "rdmaSharedDevicePlugin": {**_image("k8s-rdma-shared-dev-plugin"), "config": json.dumps({"configList": []})},
+    "rdmaSharedDevicePlugin": {
+        **_image("k8s-rdma-shared-dev-plugin"),
+        "config": json.dumps({"configList": [{"resourceName": "rdma_a", "selectors": {"vendors": ["15b3"]}}]}),
+    },
 }
 
 

@@ -54,6 +54,14 @@ def node_policy(name: str, **spec: Any) -> NicNodePolicy:
     )
 
 
+RDMA_CONFIG = '{"configList": [{"resourceName": "rdma_a", "selectors": {"vendors": ["15b3"]}}]}'
+
+
+def rdma(name: str) -> dict[str, Any]:
+    """The RDMA plugin's section: its config is required (the plugin refuses to start without a resource)."""
+    return {**image(name), "config": RDMA_CONFIG}
+
+
 def ofed(**extra: Any) -> dict[str, Any]:
     return {"image": "doca-driver", "repository": REPO, "version": OFED_VERSION, **extra}
 
@@ -142,7 +150,7 @@ def test_daemonsets_get_placement_and_deployments_get_deployment_placement() -> 
 
 def test_every_object_has_its_state_label_and_no_owner() -> None:
     spec = {
-        "ofedDriver": ofed(), "rdmaSharedDevicePlugin": image("rdma"), "sriovDevicePlugin": image("sriov"),
+        "ofedDriver": ofed(), "rdmaSharedDevicePlugin": rdma("rdma"), "sriovDevicePlugin": image("sriov"),
         "secondaryNetwork": {"multus": image("m"), "cniPlugins": image("p"), "ipoib": image("i")},
         "nvIpam": image("ipam"), "nicFeatureDiscovery": image("nfd"), "docaTelemetryService": image("dts"),
         "ibKubernetes": {**image("ibk"), "pKeyGUIDPoolRangeStart": "02:00:00:00:00:00:00:00",
@@ -171,7 +179,8 @@ def test_every_object_has_its_state_label_and_no_owner() -> None:
     ],
 )
 def test_nic_plugins_wait_for_the_ofed_driver(section: str, state_name: str) -> None:
-    st = state(render_cluster_policy(policy(**{section: image("x")}), facts()), state_name)
+    spec = rdma("x") if section == "rdmaSharedDevicePlugin" else image("x")
+    st = state(render_cluster_policy(policy(**{section: spec}), facts()), state_name)
     ds = objects(st, "DaemonSet")[0]
     assert pod_spec(ds)["nodeSelector"] == {net.NIC_PRESENT: "true", net.MOFED_WAIT: "false"}
 
@@ -202,7 +211,7 @@ def test_a_new_plugin_config_changes_the_pod_template() -> None:
         ]
         return value
 
-    assert annotation('{"configList":[]}') != annotation('{"configList": []}')
+    assert annotation(RDMA_CONFIG) != annotation(RDMA_CONFIG.replace(", ", ","))
 
 
 # --- OFED pools ---------------------------------------------------------------------------------------
@@ -318,20 +327,20 @@ def test_node_policy_renders_three_states_named_and_labelled_after_it() -> None:
         annotations={"owner": "storage"},
         tolerations=[{"key": "rack", "operator": "Exists"}],
         ofedDriver=ofed(),
-        rdmaSharedDevicePlugin=image("k8s-rdma-shared-dev-plugin"),
+        rdmaSharedDevicePlugin=rdma("k8s-rdma-shared-dev-plugin"),
     )
     nodes = facts(node("b1", pool="b"), node("a1", pool="a", os="rhel", ver="9.4", kernel="5.14.0"))
     states = render_node_policy(nnp, nodes)
     assert tuple(s.name for s in states) == net.NNP_STATES
-    ofed_state, sriov, rdma = states
+    ofed_state, sriov, rdma_state = states
     assert not sriov.enabled
     assert ofed_state.daemonsets == (f"mofed-ubuntu22.04-{kernel_hash('5.15.0-91-generic')}-rack-b-ds",)
-    assert rdma.daemonsets == ("rdma-shared-dp-rack-b-ds",)
-    assert objects(rdma, "ConfigMap")[0]["metadata"]["name"] == "rdma-devices-rack-b"
-    for st in (ofed_state, rdma):
+    assert rdma_state.daemonsets == ("rdma-shared-dp-rack-b-ds",)
+    assert objects(rdma_state, "ConfigMap")[0]["metadata"]["name"] == "rdma-devices-rack-b"
+    for st in (ofed_state, rdma_state):
         for obj in st.objects:
             assert obj["metadata"]["labels"][net.DS_OWNER_LABEL] == "rack-b"
-    rdma_ds = objects(rdma, "DaemonSet")[0]
+    rdma_ds = objects(rdma_state, "DaemonSet")[0]
     template = rdma_ds["spec"]["template"]
     assert template["metadata"]["labels"]["team"] == "storage"
     assert template["metadata"]["labels"]["app"] == "rdma-shared-dp-rack-b"
@@ -345,7 +354,7 @@ def test_node_policy_renders_three_states_named_and_labelled_after_it() -> None:
 
 
 def test_node_policy_names_never_clash_with_the_cluster_policy() -> None:
-    spec = {"ofedDriver": ofed(), "rdmaSharedDevicePlugin": image("r"), "sriovDevicePlugin": image("s")}
+    spec = {"ofedDriver": ofed(), "rdmaSharedDevicePlugin": rdma("r"), "sriovDevicePlugin": image("s")}
     nodes = facts(node("b1", pool="b"))
     ncp = render_cluster_policy(policy(**spec), nodes)
     nnp = render_node_policy(node_policy("b", nodeSelector={"pool": "b"}, **spec), nodes)
@@ -357,7 +366,7 @@ def test_node_policy_names_never_clash_with_the_cluster_policy() -> None:
 
 def test_a_long_node_policy_name_is_hashed_into_object_names() -> None:
     name = "a-rather-long-node-policy-name"
-    st = render_node_policy(node_policy(name, nodeSelector={"p": "1"}, rdmaSharedDevicePlugin=image("r")), facts())[2]
+    st = render_node_policy(node_policy(name, nodeSelector={"p": "1"}, rdmaSharedDevicePlugin=rdma("r")), facts())[2]
     assert st.daemonsets == (f"rdma-shared-dp-{kernel_hash(name)}-ds",)
     assert objects(st, "DaemonSet")[0]["metadata"]["labels"][net.DS_OWNER_LABEL] == name
 

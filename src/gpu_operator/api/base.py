@@ -134,6 +134,8 @@ PATTERN_MESSAGES = {
     "starting and ending with a letter or digit",
     k8s.ENV_NAME_PATTERN: "must be an environment variable name: letters, digits, '_', '-' and '.', "
     "not starting with a digit",
+    k8s.INTERFACE_NAME_PATTERN: "must be a network interface name: 1 to 15 characters, no '/', ':' or "
+    "whitespace, not '.' or '..'",
 }
 
 Quantity = Annotated[int | str, AfterValidator(check_quantity), IntOrStringMarker(pattern=k8s.QUANTITY_PATTERN)]

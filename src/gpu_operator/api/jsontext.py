@@ -24,6 +24,14 @@ MAX_JSON_DEPTH = 32
 ErrorFactory = Callable[[str], Exception]
 
 
+class ConfigRefusedError(ValueError):
+    """An input that cannot be used; the message is one line naming the input and the field.
+
+    Every parser's own error for a config (the agents' files, the configs a NicClusterPolicy embeds)
+    derives from it, so whoever runs an agent (``gpu-operator agent``) can print the message alone
+    instead of a traceback. The node agents import it from ``agents.shared.configinput``."""
+
+
 class _DuplicateKeyError(ValueError):
     """Two equal keys in one JSON object (``json`` would keep the last one silently)."""
 

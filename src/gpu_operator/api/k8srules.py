@@ -128,6 +128,14 @@ Labels = dict[LabelKey, LabelValue]
 Annotations = dict[LabelKey, str]
 """An annotation map: qualified keys, free values."""
 
+# --- network interfaces ----------------------------------------------------------------------------------
+
+#: A Linux interface name (IFNAMSIZ): 1 to 15 bytes, no '/', ':' or whitespace, not "." or "..". Written
+#: without lookaround so that the CRD's pattern and pydantic's Rust engine read it alike.
+INTERFACE_NAME_PATTERN = r"^([^/\s:.][^/\s:]{0,14}|\.[^/\s:.][^/\s:]{0,13}|\.\.[^/\s:]{1,13})$"
+InterfaceName = Annotated[str, StringConstraints(pattern=INTERFACE_NAME_PATTERN, max_length=15)]
+"""A host network interface (``ens1f0``, ``ib0``) as the kernel takes its name."""
+
 # --- environment variables -------------------------------------------------------------------------------
 
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"

@@ -31,6 +31,7 @@ from typing import Protocol
 from gpu_operator.api.jsontext import (
     MAX_INT_DIGITS,
     MAX_JSON_DEPTH,
+    ConfigRefusedError,
     ErrorFactory,
     check_string_keys,
     describe,
@@ -58,13 +59,6 @@ __all__ = [
 REFUSED_REASON = "ConfigRefused"
 _INTEGER = re.compile(r"^-?[0-9]+$")
 ACCEPTED_REASON = "ConfigAccepted"
-
-
-class ConfigRefusedError(ValueError):
-    """An input an agent cannot use; the message is one line naming the input and the field.
-
-    Every agent's own config error derives from it, so whoever runs an agent (``gpu-operator agent``)
-    can print the message alone instead of a traceback."""
 
 
 def read_text(path: Path, *, source: str, error: ErrorFactory) -> str:

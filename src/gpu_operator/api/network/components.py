@@ -9,15 +9,19 @@ the JSON ones are offline-only (see :mod:`gpu_operator.api.network.jsonconfig`).
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
 
 from gpu_operator.api.base import ApiModel, Condition, ObjectName, Rule, opt
 from gpu_operator.api.corev1 import CoreEnvVar
 from gpu_operator.api.k8srules import Int32, Int64, LabelSelectorText
 from gpu_operator.api.network.imagespec import ImageSpec
-from gpu_operator.api.network.jsonconfig import is_json_object, rdma_config_ok, sriov_config_ok
+from gpu_operator.api.network.jsonconfig import embedded_config_problem, is_json_object
+from gpu_operator.api.network.rdmaconfig import parse_config as rdma_parse
+from gpu_operator.api.network.sriovconfig import parse_config as sriov_parse
 
 #: Upstream's accepted OFED versions: ``24.10-0.7.0.0-0``, ``doca3.1.0-25.07-0.6.6.0-0`` (optionally with a
 #: kernel/OS suffix) or a ``sha256:`` digest.
@@ -121,33 +125,43 @@ class DevicePluginSpec(ImageSpec):
     use_cdi: bool | None = opt(description="Hand devices to containers through CDI (the runtime must support it).")
 
 
+def _node_parser(parse: Callable[[str], object]) -> AfterValidator:
+    """A ``config`` check by the node plugin's own parser, its message naming the field inside the JSON."""
+
+    def check(text: str | None) -> str | None:
+        problem = embedded_config_problem(text, parse=parse)
+        if problem is not None:
+            raise PydanticCustomError("embedded_config", "{problem}", {"problem": problem})
+        return text
+
+    return AfterValidator(check)
+
+
 class RdmaSharedDevicePluginSpec(DevicePluginSpec):
     """The RDMA shared device plugin (``config``: {"configList": [{resourceName, selectors, ...}]})."""
 
+    # ``config`` is required: upstream's plugin (and ours) refuses to start without a resource, so a policy
+    # without one is refused here and in status rather than left to a crash-looping pod. The CRD keeps the
+    # field optional, as upstream's does.
     rules = (
-        CONFIG_JSON_RULE,
         Rule(
             cel=None,
-            message="every configList entry needs a unique resourceName matching ^[a-zA-Z0-9_]+$"
-            " and, if set, a domain-name resourcePrefix",
-            check=lambda dp: rdma_config_ok(dp.config),
+            message="required: the plugin serves the resources of configList and refuses to start without one",
+            check=lambda dp: bool(dp.config),
             field_path=".config",
         ),
+    )
+
+    config: Annotated[str | None, _node_parser(lambda text: rdma_parse(text, source="config"))] = opt(
+        description="The plugin's configuration as a JSON string."
     )
 
 
 class SriovDevicePluginSpec(DevicePluginSpec):
     """The SR-IOV network device plugin (``config``: {"resourceList": [{resourceName, selectors, ...}]})."""
 
-    rules = (
-        CONFIG_JSON_RULE,
-        Rule(
-            cel=None,
-            message="every resourceList entry needs a resourceName of letters, digits, '_' or '.'"
-            " (alphanumeric at both ends) and, if set, a domain-name resourcePrefix",
-            check=lambda dp: sriov_config_ok(dp.config),
-            field_path=".config",
-        ),
+    config: Annotated[str | None, _node_parser(lambda text: sriov_parse(text, source="config"))] = opt(
+        description="The plugin's configuration as a JSON string."
     )
 
 

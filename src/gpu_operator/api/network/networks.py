@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from gpu_operator.api.base import ApiModel, ObjectMeta, Rule, opt, section
-from gpu_operator.api.k8srules import DNSLabel, Int32
+from gpu_operator.api.k8srules import DNSLabel, Int32, InterfaceName
 from gpu_operator.api.network.components import AppliedState
 from gpu_operator.api.network.jsonconfig import is_json_object, is_plugin_sequence
 
@@ -45,7 +45,7 @@ class MacvlanNetworkSpec(ApiModel):
     rules = (_IPAM_JSON, _META_PLUGINS_JSON)
 
     network_namespace: DNSLabel = Field(default="default", description=_NAMESPACE)
-    master: str | None = opt(description="Host interface to enslave; default: the default-route interface.")
+    master: InterfaceName | None = opt(description="Host interface to enslave; default: the default-route interface.")
     mode: Literal["bridge", "private", "vepa", "passthru"] | None = opt(description="macvlan mode.")
     mtu: Int32 | None = opt(ge=0, description="MTU of the interface; 0: the master's.")
     ipam: str | None = opt(description=_IPAM)
@@ -72,7 +72,7 @@ class IPoIBNetworkSpec(ApiModel):
     rules = (_IPAM_JSON,)
 
     network_namespace: DNSLabel = Field(default="default", description=_NAMESPACE)
-    master: str | None = opt(description="Host IPoIB interface; default: the default-route interface.")
+    master: InterfaceName | None = opt(description="Host IPoIB interface; default: the default-route interface.")
     ipam: str | None = opt(description=_IPAM)
 
 
