@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
 
 from gpu_operator.agents.discovery import program as discovery
+from gpu_operator.agents.discovery.osrelease import os_labels
+from gpu_operator.agents.discovery.pci import nvidia_gpus
 from gpu_operator.agents.nodestatus import program as nodestatus
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.gpu.catalog import NODE_PROFILES
@@ -59,3 +62,25 @@ def test_the_status_exporter_reads_good_values_and_refuses_a_bad_output_dir(tmp_
     assert nodestatus.NodeStatusExporter(_ctx(tmp_path)).interval == 5.0
     with pytest.raises(ConfigRefusedError, match=r"^OUTPUT_DIR: .*'\.\.'"):
         nodestatus.NodeStatusExporter(_ctx(tmp_path, OUTPUT_DIR="/run/nvidia/../../etc"))
+
+
+@pytest.mark.timeout(10)
+def test_fifos_in_the_host_tree_read_as_absent_not_a_hang(tmp_path: Path) -> None:
+    devices = tmp_path / "host/sys/bus/pci/devices"
+    (devices / "0000:3b:00.0").mkdir(parents=True)
+    (devices / "0000:3b:00.0/vendor").write_text("0x10de\n")
+    os.mkfifo(devices / "0000:3b:00.0/class")
+    (tmp_path / "host/etc").mkdir(parents=True)
+    os.mkfifo(tmp_path / "host/etc/os-release")
+    (tmp_path / "host/usr/lib").mkdir(parents=True)
+    (tmp_path / "host/usr/lib/os-release").write_text('ID=ubuntu\nVERSION_ID="22.04"\n')
+    writers = [
+        os.open(p, os.O_RDWR | os.O_NONBLOCK)
+        for p in (devices / "0000:3b:00.0/class", tmp_path / "host/etc/os-release")
+    ]
+    try:
+        assert nvidia_gpus(devices) == []
+        assert set(os_labels(tmp_path / "host").values()) == {"ubuntu", "22.04"}  # /usr/lib's, as os-release(5)
+    finally:
+        for fd in writers:
+            os.close(fd)

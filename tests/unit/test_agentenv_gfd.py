@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_operator.agents.gfd import program
+from gpu_operator.agents.gfd.vgpu import read_vgpu
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.cli import agent
 from gpu_operator.gpu.catalog import NODE_PROFILES
@@ -89,3 +90,16 @@ def test_gpu_operator_agent_prints_one_line(monkeypatch: pytest.MonkeyPatch) -> 
     assert result.stderr.strip().splitlines() == [
         'Error: agent feature-discovery: GFD_SLEEP_INTERVAL: "1e999s" is not a duration from 100ms to 24h or "infinite"'
     ]
+
+
+@pytest.mark.timeout(10)
+def test_a_fifo_in_the_pci_tree_reads_as_unreadable_not_a_hang(tmp_path: Path) -> None:
+    device = tmp_path / "0000:3b:00.0"
+    device.mkdir()
+    (device / "vendor").write_text("0x10de\n")
+    os.mkfifo(device / "config")
+    writer = os.open(device / "config", os.O_RDWR | os.O_NONBLOCK)  # a writer that never closes: read() would wait
+    try:
+        assert read_vgpu(tmp_path) is None
+    finally:
+        os.close(writer)

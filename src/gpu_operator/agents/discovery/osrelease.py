@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from gpu_operator.agents.gfd.envinput import read_small_file
 from gpu_operator.agents.host import resolve_under
 from gpu_operator.names.keys import DISCOVERED_OS_ID, DISCOVERED_OS_VERSION
 
 #: Label values: at most 63 characters of [A-Za-z0-9._-], starting and ending alphanumeric.
+MAX_OS_RELEASE_BYTES = 65536  # os-release is a few hundred bytes; a larger file is read cut short
 _VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 
 
@@ -40,10 +42,12 @@ def os_labels(host_root: Path) -> dict[str, str | None]:
     # os-release(5): /etc first, then /usr/lib; /etc/os-release is often a link into /usr/lib.
     for name in ("/etc/os-release", "/usr/lib/os-release"):
         try:
-            text = resolve_under(host_root, name).read_text(encoding="utf-8", errors="replace")
-            break
+            data = read_small_file(resolve_under(host_root, name), limit=MAX_OS_RELEASE_BYTES)
         except OSError:
             continue
+        if data is not None:
+            text = data.decode("utf-8", errors="replace")
+            break
     fields = parse_os_release(text)
     out: dict[str, str | None] = {}
     for label, key in ((DISCOVERED_OS_ID, "ID"), (DISCOVERED_OS_VERSION, "VERSION_ID")):

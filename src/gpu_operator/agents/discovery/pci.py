@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpu_operator.agents.gfd.envinput import read_small_file
+
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")
 
 
 def _read(path: Path) -> str:
+    # A sysfs attribute is a few bytes; a FIFO or a huge file in a fake tree reads as absent or cut short.
+    data = read_small_file(path, limit=64)
     try:
-        return path.read_text(encoding="ascii").strip().lower()
-    except (OSError, UnicodeDecodeError):
+        return (data or b"").decode("ascii").strip().lower()
+    except UnicodeDecodeError:
         return ""
 
 

@@ -49,9 +49,9 @@ _DAY = 86400.0
 # such keys (``app=x,tier!=y``, ``!key``, ``key in (a,b)``): passed to the API server as they are.
 _KEY = r"[A-Za-z0-9](?:[-A-Za-z0-9_./]{0,315}[A-Za-z0-9])?"
 _VALUE = r"[-A-Za-z0-9_.]{0,63}"
-_REQUIREMENT = rf"(?:!?{_KEY}|{_KEY} ?(?:=|==|!=) ?{_VALUE}|{_KEY} (?:in|notin) \( ?{_VALUE}(?: ?, ?{_VALUE})* ?\))"
+_REQUIREMENT = rf"(?:!?{_KEY}|{_KEY} *(?:=|==|!=) *{_VALUE}|{_KEY} +(?:in|notin) +\( *{_VALUE}(?: *, *{_VALUE})* *\))"
 _LABEL_KEY = re.compile(_KEY)
-_SELECTOR = re.compile(rf"{_REQUIREMENT}(?: ?, ?{_REQUIREMENT})*")
+_SELECTOR = re.compile(rf" *{_REQUIREMENT}(?: *, *{_REQUIREMENT})* *")
 _DIGEST = re.compile(r"[A-Za-z0-9._:+=-]+")
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_operator.agents.gfd.envinput import env_duration, env_flag, env_path, env_text
+from gpu_operator.agents.gfd.envinput import env_duration, env_flag, env_path, env_text, read_small_file
 from gpu_operator.agents.gfd.labels import NodeView, compute_labels, stale_keys
 from gpu_operator.agents.gfd.nodefeature import NodeFeatureAccess, node_feature, use_node_feature_api
 from gpu_operator.agents.gfd.vgpu import VgpuInfo, read_vgpu
@@ -92,14 +92,8 @@ def settings_from_env(env: Mapping[str, str]) -> GfdSettings:
 def read_machine_type(path: Path) -> str:
     """The first line of the DMI product name file; ``unknown`` when it is missing or not a regular file
     (a FIFO would block the read). Its bytes are the firmware's: undecodable ones are replaced, not fatal."""
-    try:
-        if not path.is_file():
-            return "unknown"
-        with path.open("rb") as source:
-            data = source.read(MAX_MACHINE_BYTES)
-    except OSError:
-        return "unknown"
-    text = data.decode("utf-8", "replace").strip()
+    data = read_small_file(path, limit=MAX_MACHINE_BYTES)
+    text = (data or b"").decode("utf-8", "replace").strip()
     return text.splitlines()[0].strip() if text else "unknown"
 
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_operator.agents.gfd.envinput import read_small_file
+
 NVIDIA_VENDOR = "0x10de"
 _STATUS, _STATUS_CAPABILITIES, _CAPABILITY_POINTER = 0x06, 0x10, 0x34
 _VENDOR_SPECIFIC = 0x09
 _RECORDS_START = 5
 _FIELD = 10  # bytes of the host driver version and of the branch
+CONFIG_SPACE_BYTES = 4096  # PCIe extended config space; nothing past it is read (nor a FIFO at all)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,9 +79,15 @@ def read_vgpu(devices: Path) -> VgpuInfo | None:
         entries = sorted(devices.iterdir())
         found: list[bytes] = []
         for entry in entries:
-            if (entry / "vendor").read_text(encoding="ascii").strip().lower() != NVIDIA_VENDOR:
+            vendor = read_small_file(entry / "vendor", limit=64)
+            if vendor is None:
+                raise OSError(f"{entry}/vendor: not readable")
+            if vendor.decode("ascii").strip().lower() != NVIDIA_VENDOR:
                 continue
-            capability = vendor_capability((entry / "config").read_bytes())
+            config = read_small_file(entry / "config", limit=CONFIG_SPACE_BYTES)
+            if config is None:
+                raise OSError(f"{entry}/config: not readable")
+            capability = vendor_capability(config)
             if capability is not None and is_vgpu(capability):
                 found.append(capability)
     except (OSError, UnicodeDecodeError, UnreadableConfigError):
