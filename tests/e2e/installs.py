@@ -14,6 +14,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 
 from gpu_operator.agents.discovery.osrelease import os_labels
 from gpu_operator.localcluster.cluster import LocalCluster
+from gpu_operator.localcluster.tools import ToolError
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.render.facts import os_tag
 from tests.chart_checks import policy_state
@@ -40,10 +41,21 @@ def install_until_ready(
     path = workdir / "values.yaml"
     path.write_text(yaml.safe_dump(values), encoding="utf-8")
     began = time.monotonic()
-    cluster.helm("install", "gpu-operator", str(CHART), "-n", NAMESPACE, "--create-namespace",
-                 "-f", str(path), "--wait", "--timeout", "120s", timeout=150)  # fmt: skip
+    try:
+        cluster.helm("install", "gpu-operator", str(CHART), "-n", NAMESPACE, "--create-namespace",
+                     "-f", str(path), "--wait", "--timeout", "120s", timeout=150)  # fmt: skip
+    except ToolError as error:
+        # helm says only "context deadline exceeded": what was not ready is what tells why.
+        raise AssertionError(f"{error}\n{cluster_state(cluster)}") from error
     wait_for(lambda: policy_state(kube) == "ready", timeout=timeout, describe="the ClusterPolicy ready")
     return time.monotonic() - began
+
+
+def cluster_state(cluster: LocalCluster) -> str:
+    """Every pod and the namespace's latest Events, for the message of a failed install."""
+    pods = cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+    events = cluster.kubectl("get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp", check=False)
+    return f"pods:\n{pods.stdout}{pods.stderr}\nevents in {NAMESPACE}:\n{events.stdout[-4000:]}{events.stderr}"
 
 
 def daemonsets(kube: Client) -> dict[str, JSON]:
