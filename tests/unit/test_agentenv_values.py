@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_operator.agents.gfd.envinput import env_choice, env_duration, env_flag, env_path
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
+from gpu_operator.api.envtext import env_choice, env_duration, env_flag, env_path
 
 BAD_DURATIONS = ["1e999s", "inf", "nan", "9" * 5000, "\u0663\u0660s", "\u0663\u0660", "-5s", "5 s", "5x", "s", "1.s"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from gpu_operator.agents.gfd.envinput import env_flag, env_path
-from gpu_operator.agents.shared.configinput import ConfigRefusedError
+from gpu_operator.api.envtext import env_flag, env_path
+from gpu_operator.api.jsontext import ConfigRefusedError
 from gpu_operator.nic.null import NullNics
 from gpu_operator.nic.sysfs import SysfsNics
 from gpu_operator.nic.types import NicBackend, NicError

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpu_operator.agents.gfd.envinput import read_small_file
 from gpu_operator.agents.host import resolve_under
+from gpu_operator.agents.shared.configinput import read_small_file
 from gpu_operator.names.keys import DISCOVERED_OS_ID, DISCOVERED_OS_VERSION
 
 #: Label values: at most 63 characters of [A-Za-z0-9._-], starting and ending alphanumeric.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_operator.agents.gfd.envinput import read_small_file
+from gpu_operator.agents.shared.configinput import read_small_file
 
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")

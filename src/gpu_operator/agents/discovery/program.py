@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 from gpu_operator.agents.discovery.osrelease import os_labels
 from gpu_operator.agents.discovery.pci import nvidia_gpus
-from gpu_operator.agents.gfd.envinput import env_duration, env_path
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.api.envtext import env_duration, env_path
 from gpu_operator.names.keys import GPU_DISCOVERED
 from gpu_operator.runtime.loop import LoopStats
 from gpu_operator.runtime.periodic import every

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from gpu_operator.agents.drivermanager.modules import LOAD_ORDER, DriverHost, ModuleError, unload_all
 from gpu_operator.agents.drivermanager.steps import DRIVER_ROOT, PID_FILE, STATE_FILE, driver_host
-from gpu_operator.agents.gfd.envinput import env_flag, env_text
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
+from gpu_operator.api.envtext import env_flag, env_text
 
 log = logging.getLogger(__name__)
 VALIDATIONS = "/run/nvidia/validations"

@@ -32,11 +32,11 @@ from gpu_operator.agents.drivermanager.steps import (
     Steps,
     driver_host,
 )
-from gpu_operator.agents.gfd.envinput import env_duration, env_flag, env_text, format_seconds
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import NodeCluster, cluster_of
 from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe
 from gpu_operator.agents.shared.operands import DRIVER_PAUSE, Clock
+from gpu_operator.api.envtext import env_duration, env_flag, env_text, format_seconds
 from gpu_operator.names import keys
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from gpu_operator.agents.drivermanager.driver import CTR_READY
 from gpu_operator.agents.drivermanager.modules import DriverHost
 from gpu_operator.agents.drivermanager.steps import DRIVER_ROOT, driver_host
-from gpu_operator.agents.gfd.envinput import env_duration, env_flag
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.api.envtext import env_duration, env_flag
 from gpu_operator.names.network import DRIVER_READY
 from gpu_operator.runtime.loop import LoopStats
 from gpu_operator.runtime.periodic import every

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from gpu_operator.agents.drivermanager.eviction import EvictionError, drain, evict_gpu_pods
 from gpu_operator.agents.drivermanager.modules import DriverHost, HostDriver, ModuleError, SimulatedDriver, unload_all
-from gpu_operator.agents.gfd.envinput import env_choice, env_duration, env_path
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.cluster import NodeCluster
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
@@ -29,6 +28,7 @@ from gpu_operator.agents.shared.operands import (
     restore_changes,
     wait_for_pods_gone,
 )
+from gpu_operator.api.envtext import env_choice, env_duration, env_path
 from gpu_operator.gpu.backend import LoadableBackend
 from gpu_operator.names import keys
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from gpu_operator.agents.gfd.envinput import env_flag
+from gpu_operator.api.envtext import env_flag
 
 API_VERSION = "nfd.k8s-sigs.io/v1alpha1"
 PLURAL = "nodefeatures"

@@ -19,13 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_operator.agents.gfd.envinput import env_duration, env_flag, env_path, env_text, read_small_file
 from gpu_operator.agents.gfd.labels import NodeView, compute_labels, stale_keys
 from gpu_operator.agents.gfd.nodefeature import NodeFeatureAccess, node_feature, use_node_feature_api
 from gpu_operator.agents.gfd.vgpu import VgpuInfo, read_vgpu
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.configinput import read_small_file
 from gpu_operator.agents.shared.nodeconfig import NamedConfigs
 from gpu_operator.agents.shared.pluginconfig import ConfigError, Settings
+from gpu_operator.api.envtext import env_duration, env_flag, env_path, env_text
 from gpu_operator.gpu.backend import GpuBackend, GpuError
 from gpu_operator.runtime.loop import LoopStats
 from gpu_operator.runtime.periodic import every

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_operator.agents.gfd.envinput import read_small_file
+from gpu_operator.agents.shared.configinput import read_small_file
 
 NVIDIA_VENDOR = "0x10de"
 _STATUS, _STATUS_CAPABILITIES, _CAPABILITY_POINTER = 0x06, 0x10, 0x34

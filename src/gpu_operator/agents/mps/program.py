@@ -15,13 +15,13 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpu_operator.agents.gfd.envinput import env_duration
 from gpu_operator.agents.mps import daemons
 from gpu_operator.agents.mps.daemons import DaemonSpec, MpsError
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.nodeconfig import NamedConfigs
 from gpu_operator.agents.shared.pluginconfig import ConfigError, Settings
 from gpu_operator.agents.shared.resources import LayoutError, build_resources
+from gpu_operator.api.envtext import env_duration
 from gpu_operator.gpu.backend import GpuBackend, GpuError
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from gpu_operator.agents.gfd.envinput import env_duration
 from gpu_operator.agents.nicfd.labels import NicView, compute_labels, label_changes
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.api.envtext import env_duration
 from gpu_operator.names.network import NIC_FD_INTERVAL_ENV
 from gpu_operator.nic.open import open_nics
 from gpu_operator.nic.types import DriverInfo, NicBackend

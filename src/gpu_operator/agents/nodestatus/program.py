@@ -18,11 +18,11 @@ import logging
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from gpu_operator.agents.gfd.envinput import env_duration, env_path
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.allocatable import AllocatableError, allocatable_gpus
 from gpu_operator.agents.shared.httpserver import METRICS_CONTENT_TYPE, HttpServer, Page, parse_listen
 from gpu_operator.agents.shared.validations import OUTPUT_DIR, READY_FILES, StatusDir
+from gpu_operator.api.envtext import env_duration, env_path
 
 log = logging.getLogger(__name__)
 PREFIX = "gpu_operator_node_"

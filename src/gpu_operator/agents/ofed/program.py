@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_operator.agents.gfd.envinput import env_flag, env_text
 from gpu_operator.agents.ofed.modules import (
     FAIL,
     HANG,
@@ -46,6 +45,7 @@ from gpu_operator.agents.ofed.modules import (
 )
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
+from gpu_operator.api.envtext import env_flag, env_text
 from gpu_operator.names import network as net
 
 log = logging.getLogger(__name__)

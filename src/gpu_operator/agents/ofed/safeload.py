@@ -19,9 +19,9 @@ import re
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
-from gpu_operator.agents.gfd.envinput import env_duration, env_text
 from gpu_operator.agents.runtime import AgentContext
 from gpu_operator.agents.shared.configinput import ConfigRefusedError
+from gpu_operator.api.envtext import env_duration, env_text
 from gpu_operator.names import network as net
 from gpu_operator.names.keys import upgrade_keys
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
@@ -53,6 +55,7 @@ __all__ = [
     "env_seconds",
     "load_json",
     "one_line",
+    "read_small_file",
     "read_text",
 ]
 
@@ -71,6 +74,25 @@ def read_text(path: Path, *, source: str, error: ErrorFactory) -> str:
         raise error(f"{source}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})") from None
     except OSError as exc:
         raise error(f"{source}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_small_file(path: Path, *, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of the regular file ``path``; None when it is missing, unreadable or not a
+    regular file. Opened without blocking and checked on the open file, so a FIFO (where
+    ``PCI_DEVICES_DIR`` or a machine type file points at one) never blocks, even if swapped in."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as source:
+            return source.read(limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def env_seconds(

@@ -1,17 +1,15 @@
-"""Strict readers for the environment values of GFD and the other small node agents.
+"""Strict readers for the environment values of the node agents and the NIC backends.
 
 GFD, the MPS control daemon, NIC feature discovery, the OFED driver, the driver manager, discovery,
 the node-status exporter and the NIC backends read flags, durations, paths and names from their
 environment. Each reader here either returns the value the agent used before for a good value or
-raises :class:`~gpu_operator.agents.shared.configinput.ConfigRefusedError` whose message is one line
+raises :class:`~gpu_operator.api.jsontext.ConfigRefusedError` whose message is one line
 naming the variable: a duration of ``1e999s`` or of 5000 digits, Arabic-Indic digits (which
 ``int()``/``float()`` accept), ``inf``/``nan``, a flag of ``maybe`` (which used to mean false), a path
 with ``..`` or a newline. Every duration is bounded, so no agent sleeps for ever or spins.
-:func:`read_small_file` reads the small host files these agents scan (sysfs attributes, os-release)
-without blocking on a FIFO or reading a huge file whole.
 
-It lives with GFD because :mod:`gpu_operator.agents.shared.configinput` (which it builds on) belongs to
-another part of the code; it could move there as it stands.
+Pure text checks, so they live at the bottom layer beside :mod:`gpu_operator.api.jsontext` (whose
+:class:`ConfigRefusedError` they raise): the agents and the NIC backends below them both use them.
 """
 
 from __future__ import annotations
@@ -19,9 +17,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe
+from gpu_operator.api.jsontext import ConfigRefusedError, describe
 
 __all__ = [
     "MAX_TEXT",
@@ -31,7 +28,6 @@ __all__ = [
     "env_path",
     "env_text",
     "format_seconds",
-    "read_small_file",
 ]
 
 MAX_TEXT = 253  # the longest DNS name: enough for any name, label or selector these agents read
@@ -159,15 +155,3 @@ def env_text(
     if len(raw) > limit or not raw.isascii() or not pattern.fullmatch(raw):
         raise ConfigRefusedError(f"{name}: {describe(raw)} is not {what}")
     return raw
-
-
-def read_small_file(path: Path, *, limit: int) -> bytes | None:
-    """At most ``limit`` bytes of the regular file ``path``; None when it is missing, unreadable or not a
-    regular file (a FIFO, where ``PCI_DEVICES_DIR`` or a machine type file points at one, would block)."""
-    try:
-        if not path.is_file():
-            return None
-        with path.open("rb") as source:
-            return source.read(limit)
-    except OSError:
-        return None
