@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_operator.agents.shared.configinput import ConfigRefusedError
 from gpu_operator.agents.shared.validations import StatusDir, wait_until
 from gpu_operator.agents.validator import program
 from gpu_operator.agents.validator.checks import ValidationError
@@ -179,11 +180,14 @@ def test_wait_until_wakes_promptly_in_real_time() -> None:
 
 
 def test_unknown_component_and_bad_interval(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match="COMPONENT must be one of driver, toolkit, cuda, plugin, got 'gpu'"):
+    with pytest.raises(ConfigRefusedError, match='COMPONENT must be one of driver, toolkit, cuda, plugin, got "gpu"'):
         Validator(ctx(tmp_path, "gpu"))
-    with pytest.raises(ValidationError, match="SLEEP_INTERVAL_SECONDS: not a number"):
-        Validator(ctx(tmp_path, "driver", SLEEP_INTERVAL_SECONDS="soon"))
-
+    for bad in ("soon", "inf", "1e999", "\u0665", "0", "9" * 5000):
+        with pytest.raises(ConfigRefusedError, match=r"^SLEEP_INTERVAL_SECONDS: ") as caught:
+            Validator(ctx(tmp_path, "driver", SLEEP_INTERVAL_SECONDS=bad))
+        assert "\n" not in str(caught.value)
+    assert Validator(ctx(tmp_path, "driver", SLEEP_INTERVAL_SECONDS="2.5")).retry == 2.5
+    assert Validator(ctx(tmp_path, "driver", SLEEP_INTERVAL_SECONDS="10s")).retry == 10.0
 
 
 def test_a_driver_dir_no_script_can_carry_fails_validation_naming_the_variable(tmp_path: Path) -> None:

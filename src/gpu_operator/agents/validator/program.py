@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.shared.configinput import ConfigRefusedError, describe
 from gpu_operator.agents.shared.shellquote import ShellValueError
 from gpu_operator.agents.shared.validations import (
     DRIVER_CONTAINER_READY,
@@ -42,6 +43,7 @@ from gpu_operator.agents.validator.checks import (
     check_plugin,
     check_toolkit_files,
 )
+from gpu_operator.api.envtext import env_duration
 
 log = logging.getLogger(__name__)
 FILE_POLL_SECONDS = 0.2
@@ -67,13 +69,13 @@ class Validator:
         self.ctx = ctx
         self.component = (env.get("COMPONENT") or "").strip()
         if self.component not in READY_FILES:
-            raise ValidationError(f"COMPONENT must be one of {', '.join(READY_FILES)}, got {self.component!r}")
+            raise ConfigRefusedError(
+                f"COMPONENT must be one of {', '.join(READY_FILES)}, got {describe(self.component)}"
+            )
         self.with_wait = _true(env.get("WITH_WAIT"))
-        raw = env.get("SLEEP_INTERVAL_SECONDS") or "5"
-        try:
-            self.retry = float(raw)
-        except ValueError:
-            raise ValidationError(f"SLEEP_INTERVAL_SECONDS: not a number: {raw!r}") from None
+        # Bounded: float() took 'inf' (never retry), '1e999' and Arabic-Indic digits.
+        retry = env_duration(env, "SLEEP_INTERVAL_SECONDS", default=5.0, minimum=0.1, maximum=3600.0)
+        self.retry = 5.0 if retry is None else retry
         self.status = StatusDir(ctx.host_path(env.get("OUTPUT_DIR") or OUTPUT_DIR))
         self.driver_dir = env.get("DRIVER_INSTALL_DIR") or DEFAULT_DRIVER_DIR
         self.driver_dir_ctr = env.get("DRIVER_INSTALL_DIR_CTR_PATH") or DEFAULT_DRIVER_DIR
