@@ -38,6 +38,7 @@ _FALSE = ("0", "f", "false", "n", "no", "off")
 # Go's time.ParseDuration units; [0-9], not \d, so that no other script's digits are read.
 _UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"([0-9]{1,18}(?:\.[0-9]{1,18})?|\.[0-9]{1,18})(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_DURATION = re.compile(f"(?:{_PART.pattern})+")
 _NUMBER = re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})?")
 
 
@@ -59,14 +60,9 @@ def _duration(text: str, *, bare: bool) -> float | None:
         return float(text)
     if text == "0":
         return 0.0  # Go's ParseDuration accepts a bare 0 only
-    position, total = 0, 0.0
-    while position < len(text):
-        match = _PART.match(text, position)
-        if match is None:
-            return None
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        position = match.end()
-    return total if position else None
+    if not _DURATION.fullmatch(text):  # whole text only: no trailing newline or stray characters
+        return None
+    return sum(float(part.group(1)) * _UNITS[part.group(2)] for part in _PART.finditer(text))
 
 
 def env_duration(
