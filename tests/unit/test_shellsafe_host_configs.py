@@ -38,7 +38,7 @@ BAD = [
     ("docker", DOCKER, b'{"runtimes": ["nvidia"]}\n', "runtimes must be a JSON object, not list"),
     ("docker", DOCKER, b'{"features": true}\n', "features must be a JSON object, not bool"),
     ("docker", DOCKER, b'{"max-concurrent-downloads": NaN}\n', "NaN is not a JSON value"),
-    ("docker", DOCKER, b'{"runtimes": {}, "runtimes": {"x": {}}}\n', "the key 'runtimes' appears twice"),
+    ("docker", DOCKER, b'{"runtimes": {}, "runtimes": {"x": {}}}\n', 'the key "runtimes" appears twice'),
     ("docker", DOCKER, b'{"labels": ["\\ud800"]}\n', "unpaired surrogate"),
     ("containerd", CONTAINERD, b'version = 2\n[plugins."io.containerd.grpc.v1.cri"\n', "not valid TOML"),
     ("containerd", CONTAINERD, b'{"version": 2}\n', "not valid TOML"),

@@ -36,13 +36,21 @@ class _DuplicateKeyError(ValueError):
     """Two equal keys in one JSON object (``json`` would keep the last one silently)."""
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKeyError(f"the key {describe(key)} appears twice in one object")
-        out[key] = value
-    return out
+def no_duplicate_keys(error: ErrorFactory) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A ``json`` ``object_pairs_hook`` that raises ``error(message)`` for a key seen twice in one object."""
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise error(f"the key {describe(key)} appears twice in one object")
+            out[key] = value
+        return out
+
+    return hook
+
+
+_no_duplicates = no_duplicate_keys(_DuplicateKeyError)
 
 
 class _Oversized:

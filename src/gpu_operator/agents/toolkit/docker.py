@@ -21,6 +21,7 @@ from typing import Any
 
 from gpu_operator.agents.shared.files import ConfigFileError
 from gpu_operator.agents.toolkit.containerd import ABSENT, Previous, Runtime
+from gpu_operator.api.jsontext import no_duplicate_keys
 
 _WS = re.compile(r"[ \t\n\r]*")
 #: Deeper than this is refused before decoding (Python's decoder would overflow its stack); no daemon.json
@@ -37,17 +38,8 @@ def _no_constants(name: str) -> Any:
     raise JsonEditError(f"not valid JSON ({name} is not a JSON value)")
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Go keeps the last of two equal keys, an edit would change the first: which one Docker uses is ambiguous.
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise JsonEditError(f"the key {key!r} appears twice in one object")
-        seen[key] = value
-    return seen
-
-
-_DECODER = json.JSONDecoder(parse_constant=_no_constants, object_pairs_hook=_no_duplicates)
+# Go keeps the last of two equal keys, an edit would change the first: which one Docker uses is ambiguous.
+_DECODER = json.JSONDecoder(parse_constant=_no_constants, object_pairs_hook=no_duplicate_keys(JsonEditError))
 
 
 def _depth(text: str) -> int:
