@@ -39,7 +39,8 @@ POLICY: dict[str, Any] = {
         "rdmaSharedDevicePlugin": {
             **OURS,
             "useCdi": True,
-            "config": '{"configList":[{"resourceName":"rdma_shared_device_a","rdmaHcaMax":63,"selectors":{"vendors":["15b3"]}}]}',
+            "config": '{"configList":[{"resourceName":"rdma_shared_device_a","rdmaHcaMax":63,'
+            '"selectors":{"vendors":["15b3"]}}]}',
         },
         "sriovDevicePlugin": {**OURS, "config": '{"resourceList":[]}'},
         "nicFeatureDiscovery": OURS,
