@@ -3,22 +3,27 @@
 One real node (a 2-GPU A100 host with the fake driver, MIG-capable), the chart installed with the plugin
 config and the MIG config in ConfigMaps of our own (``spec.devicePlugin.config``, ``spec.migManager.config``),
 as an administrator sets them; the ConfigMaps are then edited in place, and the kubelet brings each edit
-into the running pods' volumes (its periodic pod sync: up to about a minute and a half).
+into the running pods' volumes (at its periodic pod sync: up to about a minute and a half). Two kinds of
+bad input each: a count past its bound, and a byte that is not UTF-8 (a ``binaryData`` key: what made
+the agents crash before they refused such input).
 
-- Device plugin: time-slicing in 4 replicas shows 8 ``nvidia.com/gpu`` allocatable; the ConfigMap edited
-  to 100000 replicas (past the bound of 1024) brings a ``ConfigRefused`` Event on the Node naming the field,
-  while the same plugin container (never restarted, never registered again) keeps the 8 allocatable and
-  counts the refusal on its metrics; a good edit (2 replicas) is then applied by that same container.
+- Device plugin: time-slicing in 4 replicas shows 8 ``nvidia.com/gpu`` allocatable; each bad edit (100000
+  replicas, past the bound of 1024; then a 0xff byte) brings a ``ConfigRefused`` Event on the Node naming
+  the file and the field, while the same plugin container (never restarted, never registered again) keeps
+  the 8 allocatable and counts each refusal on its metrics; a good edit (2 replicas) is then applied by
+  that same container.
 - MIG manager: ``all-1g.5gb`` applied (state ``success``, 14 MIG devices allocatable under the single
-  strategy); the ConfigMap edited so that ``all-2g.10gb`` asks for 100000 devices per GPU, and the label
-  asking for it: the state becomes ``failed`` with the one-line reason on the Node and in a
-  ``MigConfigFailed`` Event, the GPUs keep their 14 MIG devices (the fake driver's MIG state unchanged)
-  and neither the MIG manager nor the device plugin was restarted; a good config and a new label then
-  apply again.
+  strategy); each bad edit, then a label asking for a config (``all-2g.10gb`` asking for 100000 devices
+  per GPU; then ``all-disabled`` from a file with a 0xff byte): the state becomes ``failed`` with the
+  one-line reason on the Node and in a ``MigConfigFailed`` Event, the GPUs keep their 14 MIG devices (the
+  fake driver's MIG state unchanged) and neither the MIG manager nor the device plugin was restarted; the
+  good config back and ``all-2g.10gb`` asked for again, the same MIG manager applies it.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +31,7 @@ from typing import Any
 import pytest
 from lightkube import Client, codecs
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
+from lightkube.types import PatchType
 
 from gpu_operator.localcluster.binaries import KubeBinaries
 from gpu_operator.localcluster.cluster import LocalCluster
@@ -69,6 +75,8 @@ def _mig_configs(*, two_g_count: int) -> str:
 GOOD_MIG = _mig_configs(two_g_count=3)
 #: 100000 devices per GPU: past the bound of 64, refused before any plan is built.
 BAD_MIG = _mig_configs(two_g_count=100000)
+#: A byte that is not UTF-8 (say, a file saved in Latin-1) at the end of a good config.
+NOT_UTF8_TAIL = b"# \xff\n"
 
 
 @pytest.fixture(scope="module")
@@ -164,9 +172,20 @@ def _registrations(cluster: LocalCluster, pod: str) -> int:
     return sum(1 for line in logs.splitlines() if ": registered " in line)
 
 
-def _edit(kube: Client, name: str, data: dict[str, str]) -> None:
-    """Replace keys of the ConfigMap ``name`` in place, as ``kubectl edit`` would."""
-    kube.patch(ConfigMap, name, {"data": data}, namespace=NAMESPACE)
+def _edit(kube: Client, name: str, key: str, content: str | bytes) -> None:
+    """Replace the key of the ConfigMap ``name`` in place: text in ``data``, bytes that are not text in
+    ``binaryData`` (a key is in one of the two, never both)."""
+    if isinstance(content, str):
+        patch: JSON = {"data": {key: content}, "binaryData": {key: None}}
+    else:
+        patch = {"data": {key: None}, "binaryData": {key: base64.b64encode(content).decode()}}
+    kube.patch(ConfigMap, name, patch, namespace=NAMESPACE, patch_type=PatchType.MERGE)
+
+
+def _mounted(cluster: LocalCluster, pod: str, path: str, content: str | bytes) -> bool:
+    """Whether the pod reads ``content`` at ``path`` (the kubelet synced its ConfigMap volume)."""
+    raw = content.encode() if isinstance(content, str) else content
+    return _exec(cluster, pod, "sha256sum", path).split()[:1] == [hashlib.sha256(raw).hexdigest()]
 
 
 def _labels(kube: Client) -> dict[str, str]:
@@ -190,34 +209,42 @@ def test_a_bad_plugin_config_is_refused_and_the_good_one_keeps_serving(
     registrations = _registrations(cluster, plugin)
     assert registrations >= 1
     assert f"{FAILURES} 0\n" in _metrics(cluster, plugin)
+    path = f"{operands.CONFIG_DIR}/shared"
+    bad: list[tuple[str | bytes, str]] = [
+        (
+            _sharing(100000),
+            f"{path}: sharing.timeSlicing.resources.0.replicas: must be from 2 to 1024 (replicas per GPU), got 100000",
+        ),
+        (_sharing(4).encode() + NOT_UTF8_TAIL, f"{path}: not UTF-8 text (byte {len(_sharing(4)) + 2} is 0xff)"),
+    ]
+    for count, (content, words) in enumerate(bad, start=1):
+        began = time.monotonic()
+        _edit(kube, PLUGIN_CONFIGS, "shared", content)
+        refused = wait_for(
+            lambda: next((m for m in _node_events(kube, "ConfigRefused") if words in m), None),  # noqa: B023
+            timeout=VOLUME_SYNC_S,
+            describe=f"a ConfigRefused Event on the Node saying {words!r}",
+        )
+        print(f"bad plugin config {count} edited to ConfigRefused Event: {time.monotonic() - began:.1f} s")
+        assert refused == f"device-plugin[{NODE}]: {words}; keeping the last good config"
+        # Each bad version is counted once (the plugin re-reads the file every second: the same error
+        # again is no new one).
+        assert f"{FAILURES} {count}\n" in _metrics(cluster, plugin)
+        # The good config still serves: the same container, not restarted, its resources never
+        # registered again (a registration is how a changed device list reaches the kubelet), the same
+        # allocatable.
+        assert _container(kube, plugin) == container
+        assert _registrations(cluster, plugin) == registrations
+        assert allocatable(kube, NODE) == "8"
 
     began = time.monotonic()
-    _edit(kube, PLUGIN_CONFIGS, {"shared": _sharing(100000)})
-    refused = wait_for(
-        lambda: next((m for m in _node_events(kube, "ConfigRefused") if "replicas" in m), None),
-        timeout=VOLUME_SYNC_S,
-        describe="a ConfigRefused Event on the Node for the 100000 replicas",
-    )
-    print(f"bad plugin config edited to ConfigRefused Event: {time.monotonic() - began:.1f} s")
-    assert f"{operands.CONFIG_DIR}/shared: sharing.timeSlicing.resources.0.replicas: must be from 2 to 1024" in refused
-    assert refused.endswith("; keeping the last good config")
-    assert "\n" not in refused
-    # The refusal is counted once (the plugin re-reads the file every second: the same error is no new one).
-    assert f"{FAILURES} 1\n" in _metrics(cluster, plugin)
-    # The good config still serves: the same container, not restarted, its resources never registered
-    # again (a registration is how a changed device list reaches the kubelet), the same allocatable.
-    assert _container(kube, plugin) == container
-    assert _registrations(cluster, plugin) == registrations
-    assert allocatable(kube, NODE) == "8"
-
-    began = time.monotonic()
-    _edit(kube, PLUGIN_CONFIGS, {"shared": _sharing(2)})
+    _edit(kube, PLUGIN_CONFIGS, "shared", _sharing(2))
     wait_for(lambda: allocatable(kube, NODE) == "4", timeout=VOLUME_SYNC_S, describe="2 GPUs x 2 replicas allocatable")
     print(f"good plugin config edited to 4 allocatable: {time.monotonic() - began:.1f} s")
     wait_for(lambda: _node_events(kube, "ConfigAccepted"), timeout=30, describe="a ConfigAccepted Event on the Node")
     assert _container(kube, plugin) == container  # the same plugin reloaded it: alive, never restarted
     assert _registrations(cluster, plugin) == registrations + 1
-    assert f"{FAILURES} 1\n" in _metrics(cluster, plugin)
+    assert f"{FAILURES} {len(bad)}\n" in _metrics(cluster, plugin)
 
 
 def _geometry(driver: FakeDriver) -> list[str]:
@@ -230,11 +257,6 @@ def _mig_devices(geometry: list[str]) -> list[str]:
     return [line.split()[-1] for line in geometry if line.startswith("ci ")]
 
 
-def _mounted(cluster: LocalCluster, pod: str, text: str) -> bool:
-    """Whether the MIG manager's pod reads ``text`` from its mounted config (the kubelet synced it)."""
-    return _exec(cluster, pod, "cat", MIG_FILE) == text
-
-
 def _mig_state(kube: Client) -> str:
     return _labels(kube).get("nvidia.com/mig.config.state", "")
 
@@ -245,7 +267,7 @@ def test_a_bad_mig_config_fails_the_run_and_the_gpus_keep_their_geometry(
 ) -> None:
     # The plugin without sharing (by the node's label: read at once), so its count is the MIG devices'.
     cluster.kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=plain", "--overwrite")
-    cluster.kubectl("label", "node", NODE, "nvidia.com/mig.config=all-1g.5gb", "--overwrite")
+    _ask(cluster, "all-1g.5gb")
     wait_for(lambda: _mig_state(kube) == "success" and allocatable(kube, NODE) == "14", timeout=300, interval=1.0,
              describe="all-1g.5gb applied and its 14 MIG devices allocatable")  # fmt: skip
     good = _geometry(driver)
@@ -254,38 +276,47 @@ def test_a_bad_mig_config_fails_the_run_and_the_gpus_keep_their_geometry(
     plugin = str(_pod(kube, PLUGIN_APP)["metadata"]["name"])
     containers = {manager: _container(kube, manager), plugin: _container(kube, plugin)}
 
-    began = time.monotonic()
-    _edit(kube, MIG_CONFIGS, {"config.yaml": BAD_MIG})
-    # Asked for only once the pod reads the bad file: asked for earlier, the good file would apply it.
-    wait_for(lambda: _mounted(cluster, manager, BAD_MIG), timeout=VOLUME_SYNC_S, interval=2.0,
-             describe="the edited MIG config in the MIG manager's pod")  # fmt: skip
-    synced = time.monotonic()
-    cluster.kubectl("label", "node", NODE, "nvidia.com/mig.config=all-2g.10gb", "--overwrite")
-    wait_for(lambda: _mig_state(kube) == "failed", timeout=60, describe="the MIG config state failed")
-    print(
-        f"bad MIG config edited to mounted: {synced - began:.1f} s; label to failed: {time.monotonic() - synced:.1f} s"
-    )
+    bad: list[tuple[str | bytes, str, str]] = [
+        (BAD_MIG, "all-2g.10gb", "mig-configs.all-2g.10gb[0]: mig-devices.2g.10gb: the count must be a whole "
+         "number from 0 to 64 (MIG devices per GPU), got 100000"),
+        (GOOD_MIG.encode() + NOT_UTF8_TAIL, "all-disabled", f"not UTF-8 text (byte {len(GOOD_MIG) + 2} is 0xff)"),
+    ]  # fmt: skip
+    for content, wanted, words in bad:
+        began = time.monotonic()
+        _edit(kube, MIG_CONFIGS, "config.yaml", content)
+        # Asked for only once the pod reads the bad file: asked for earlier, the good file would apply it.
+        wait_for(lambda: _mounted(cluster, manager, MIG_FILE, content), timeout=VOLUME_SYNC_S, interval=2.0,  # noqa: B023
+                 describe="the edited MIG config in the MIG manager's pod")  # fmt: skip
+        synced = time.monotonic()
+        _ask(cluster, wanted)
+        # The reason says which run ended (the state is already failed after the first bad one); the
+        # manager writes it just before the state.
+        reason = f"{MIG_FILE}: {words}"
+        wait_for(lambda: _annotations(kube).get(MIG_CONFIG_REASON) == reason and _mig_state(kube) == "failed",  # noqa: B023
+                 timeout=60, describe=f"the MIG config {wanted} failed with its reason")  # fmt: skip
+        failed = time.monotonic()
+        print(f"bad MIG config for {wanted} edited to mounted: {synced - began:.1f} s; "
+              f"label to failed: {failed - synced:.1f} s")  # fmt: skip
+        wait_for(lambda: reason in _node_events(kube, "MigConfigFailed"), timeout=30,  # noqa: B023
+                 describe="a MigConfigFailed Event with the reason")  # fmt: skip
+        # Nothing was applied: the same 14 MIG devices, still served; no agent restarted or replaced.
+        assert _geometry(driver) == good
+        assert allocatable(kube, NODE) == "14"
+        assert {name: _container(kube, name) for name in containers} == containers
+        assert str(_pod(kube, MIG_APP)["metadata"]["name"]) == manager
 
-    reason = _annotations(kube)[MIG_CONFIG_REASON]
-    assert reason == (
-        f"{MIG_FILE}: mig-configs.all-2g.10gb[0]: mig-devices.2g.10gb: the count must be a whole number "
-        "from 0 to 64 (MIG devices per GPU), got 100000"
-    )
-    events = wait_for(lambda: _node_events(kube, "MigConfigFailed"), timeout=30, describe="a MigConfigFailed Event")
-    assert reason in events
-    # Nothing was applied: the same 14 MIG devices, still served; no agent restarted or replaced.
-    assert _geometry(driver) == good
-    assert allocatable(kube, NODE) == "14"
-    assert {name: _container(kube, name) for name in containers} == containers
-    assert str(_pod(kube, MIG_APP)["metadata"]["name"]) == manager
-
-    # The same MIG manager applies a good config again once one is there and asked for.
-    _edit(kube, MIG_CONFIGS, {"config.yaml": GOOD_MIG})
-    wait_for(lambda: _mounted(cluster, manager, GOOD_MIG), timeout=VOLUME_SYNC_S, interval=2.0,
+    # The same MIG manager applies a good config again once it is there and asked for.
+    _edit(kube, MIG_CONFIGS, "config.yaml", GOOD_MIG)
+    wait_for(lambda: _mounted(cluster, manager, MIG_FILE, GOOD_MIG), timeout=VOLUME_SYNC_S, interval=2.0,
              describe="the good MIG config back in the MIG manager's pod")  # fmt: skip
-    cluster.kubectl("label", "node", NODE, "nvidia.com/mig.config=all-disabled", "--overwrite")
-    wait_for(lambda: _mig_state(kube) == "success" and allocatable(kube, NODE) == "2", timeout=300, interval=1.0,
-             describe="MIG off again and both whole GPUs allocatable")  # fmt: skip
-    assert _mig_devices(_geometry(driver)) == []
+    _ask(cluster, "all-2g.10gb")
+    wait_for(lambda: _mig_state(kube) == "success" and allocatable(kube, NODE) == "6", timeout=300, interval=1.0,
+             describe="all-2g.10gb applied and its 6 MIG devices allocatable")  # fmt: skip
+    assert len(_mig_devices(_geometry(driver))) == 6
     assert MIG_CONFIG_REASON not in _annotations(kube)
     assert _container(kube, manager) == containers[manager]
+
+
+def _ask(cluster: LocalCluster, config: str) -> None:
+    """Ask the node's MIG manager for ``config`` (the label a user sets)."""
+    cluster.kubectl("label", "node", NODE, f"nvidia.com/mig.config={config}", "--overwrite")
