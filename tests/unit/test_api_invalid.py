@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,12 @@ def test_empty_file_and_non_mapping(tmp_path: Path) -> None:
     scalar = tmp_path / "scalar.yaml"
     scalar.write_text("- 1\n- 2\n", encoding="utf-8")
     assert [str(e) for r in validate_file(scalar) for e in r.errors] == ["document must be a mapping (an object)"]
+
+
+def test_a_named_pipe_or_a_directory_is_refused_without_blocking(tmp_path: Path) -> None:
+    pipe = tmp_path / "policy.yaml"
+    os.mkfifo(pipe)
+    with pytest.raises(DocumentError, match=r"policy\.yaml: not a regular file"):
+        validate_file(pipe)
+    with pytest.raises(DocumentError, match="not a regular file"):
+        validate_file(tmp_path)

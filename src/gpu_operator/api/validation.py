@@ -10,6 +10,8 @@ HostDeviceNetwork and IPoIBNetwork (Network Operator).
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from gpu_operator.api.network.networks import HostDeviceNetwork, IPoIBNetwork, M
 from gpu_operator.api.network.nicclusterpolicy import NicClusterPolicy
 from gpu_operator.api.network.nicnodepolicy import NicNodePolicy
 from gpu_operator.api.nvidiadriver import NVIDIADriver
-from gpu_operator.api.yamltext import YamlError, load_all
+from gpu_operator.api.yamltext import MAX_CHARS, YamlError, load_all
 
 KINDS: dict[tuple[str, str], type[BaseModel]] = {
     ("nvidia.com/v1", "ClusterPolicy"): ClusterPolicy,
@@ -155,10 +157,26 @@ class DocumentError(Exception):
     """A file that cannot be read or parsed as YAML; the message names the file and line."""
 
 
+def _read_regular(path: Path) -> bytes:
+    """The bytes of the regular file ``path``, at most :data:`MAX_CHARS` of them. Opened without blocking and
+    checked on the open file, so a named pipe or a device is refused instead of read for ever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DocumentError(f"{path}: not a regular file (a directory, a named pipe or a device)")
+        if info.st_size > MAX_CHARS:
+            raise DocumentError(f"{path}: too large: {info.st_size} bytes, at most {MAX_CHARS} are read")
+        with os.fdopen(fd, "rb", closefd=False) as source:
+            return source.read(MAX_CHARS + 1)
+    finally:
+        os.close(fd)
+
+
 def load_file(path: Path) -> list[Any]:
     """Every non-empty YAML document in ``path``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_regular(path).decode("utf-8")
     except OSError as exc:
         raise DocumentError(f"{path}: cannot read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
