@@ -4,8 +4,8 @@ One real node (a 2-GPU A100 host with the fake driver, MIG-capable), the chart i
 config and the MIG config in ConfigMaps of our own (``spec.devicePlugin.config``, ``spec.migManager.config``),
 as an administrator sets them; the ConfigMaps are then edited in place, and the kubelet brings each edit
 into the running pods' volumes (at its periodic pod sync: up to about a minute and a half). Two kinds of
-bad input each: a count past its bound, and a byte that is not UTF-8 (a ``binaryData`` key: what made
-the agents crash before they refused such input).
+bad input each: a count past its bound, and a byte that is not UTF-8 (a ``binaryData`` key: input
+Python's UTF-8 reader raises on, which the agents did not catch before they refused such input).
 
 - Device plugin: time-slicing in 4 replicas shows 8 ``nvidia.com/gpu`` allocatable; each bad edit (100000
   replicas, past the bound of 1024; then a 0xff byte) brings a ``ConfigRefused`` Event on the Node naming
