@@ -157,3 +157,24 @@ def test_a_control_character_yaml_refuses_is_reported_on_one_line() -> None:
 def test_an_environment_value_the_file_would_refuse_is_refused_naming_it(variable: str, field: str) -> None:
     with pytest.raises(ConfigError, match=rf"^{field} \({variable}\): must be .* \(got \"serial\"\)$"):
         Settings.resolve(config=None, env={variable: "serial"})
+
+
+def test_a_layout_change_while_the_config_is_bad_rebuilds_with_the_last_good_one(tmp_path: Path) -> None:
+    """MIG geometry changes while the file is refused: the plugin re-advertises with the settings it kept,
+    and keeps checking the kubelet afterwards, rather than dropping to serving nothing."""
+    events = Events()
+    plugin, path = _plugin(tmp_path, events)
+    path.write_text(_sharing("4"), encoding="utf-8")
+    asyncio.run(plugin.reconcile())
+    good = plugin.settings
+    assert good is not None
+    before = plugin.registrations
+    path.write_bytes(b"version: v1\n\xff\n")
+    plugin._layout_changed = lambda: True  # type: ignore[method-assign]
+    for _ in range(max(1, int(4 / plugin.interval))):
+        asyncio.run(plugin.reconcile())
+    assert plugin.settings is good
+    assert plugin.registrations >= before
+    passes = plugin._passes
+    asyncio.run(plugin.reconcile())
+    assert plugin._passes == passes + 1  # still running its passes: the kubelet is still watched

@@ -203,14 +203,25 @@ class DevicePlugin:
         if self._passes % max(1, int(4 / self.interval)) == 0:
             changed = await asyncio.to_thread(self._safe_layout_changed)
             if changed:
-                # MIG geometry or GPU set changed (MIG manager, hot-plug): advertise the new devices.
+                # MIG geometry or GPU set changed (MIG manager, hot-plug): advertise the new devices, with the
+                # settings that serve now: the file's if it still reads, else the last good ones it kept
+                # (dropping them here would leave the plugin serving nothing until the file is fixed).
                 log.info("%s: device layout changed; rebuilding resources", self.name)
-                self.settings = None
-                await self.reconcile()
+                await self._rebuild(self.settings)
                 return
         if self._kubelet_changed():
             log.info("%s: kubelet restarted or sockets removed; re-registering", self.name)
             await self._start_and_register([s.resource for s in self.servers] or self._resources(), self.settings)
+
+    async def _rebuild(self, settings: Settings) -> None:
+        try:
+            resources = await asyncio.to_thread(self._discover, settings)
+        except (LayoutError, GpuError) as exc:
+            self.config_log.refused(f"cannot expose devices with this config: {exc}")
+            self.last_error = str(exc)
+            await self.config_log.flush()
+            return
+        await self._start_and_register(resources, settings)
 
     def _kubelet_changed(self) -> bool:
         """A new kubelet socket, or one of ours removed (a kubelet restart deletes them): two stats."""
