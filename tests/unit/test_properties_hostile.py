@@ -170,17 +170,16 @@ def _hostile_file(draw: st.DrawFn, parser: Parser) -> bytes:
 
 
 @pytest.mark.parametrize("parser", PARSERS, ids=[p.name for p in PARSERS])
-def test_hostile_file_is_read_or_refused_in_one_line_naming_the_file(parser: Parser, tmp_path: Path) -> None:
-    @HOSTILE_SETTINGS
-    @given(data=_hostile_file(parser))
-    def check(data: bytes) -> None:
-        path = tmp_path / "input"
-        path.write_bytes(data)
-        try:
-            parser.read(path)
-        except parser.error as exc:
-            message = str(exc)
-            assert "\n" not in message.strip(), message
-            assert str(path) in message or "pod" in message, message
-
-    check()
+@HOSTILE_SETTINGS
+@given(data=st.data())
+def test_hostile_file_is_read_or_refused_in_one_line_naming_the_file(
+    parser: Parser, data: st.DataObject, tmp_path: Path
+) -> None:
+    path = tmp_path / "input"
+    path.write_bytes(data.draw(_hostile_file(parser)))
+    try:
+        parser.read(path)
+    except parser.error as exc:
+        message = str(exc)
+        assert "\n" not in message.strip(), message
+        assert str(path) in message or "pod" in message, message
