@@ -232,11 +232,15 @@ def test_etcd_restarted(
     api_back = _timed(lambda: client.patch(Lease, "chaos-probe", probe, namespace=namespace),
                       since=up, timeout=120, describe="the API server writing Leases again")  # fmt: skip
     in_charge = max(0.0, _back_in_charge(client, namespace, operator, outage=outage) - api_back)
+    # The change's own write can wait seconds more: the API server reconnects each kind's storage on its own
+    # schedule (a CI run saw a ClusterPolicy patch take 5.5 s after Leases were writable). The operator's
+    # share starts when the API server has accepted the change.
     changed = time.monotonic()
     client.patch(ClusterPolicyResource, "cluster-policy",
                  {"spec": {"devicePlugin": {"env": [{"name": "CHAOS_MARK", "value": "2"}]}}},
                  patch_type=PatchType.MERGE)  # fmt: skip
-    applied = _timed(lambda: _plugin_env(client, namespace).get("CHAOS_MARK") == "2", since=changed, timeout=120,
+    accepted = time.monotonic()
+    applied = _timed(lambda: _plugin_env(client, namespace).get("CHAOS_MARK") == "2", since=accepted, timeout=120,
                      describe="a change after the restart reached the DaemonSet")  # fmt: skip
     _timed(lambda: _ready(client) and len(_pods(client, namespace)) == len(before), since=up, timeout=300,
            describe="ClusterPolicy ready again")  # fmt: skip
@@ -246,8 +250,8 @@ def test_etcd_restarted(
     assert operator.starts == 1
     assert operator.healthy()
     record("etcd restarted", api_writable_s=round(api_back, 2), back_in_charge_after_api_s=round(in_charge, 2),
-           next_change_applied_s=round(applied, 2), allowance_s=BACK_IN_CHARGE_ALLOWANCE,
-           operator_restarts=0)  # fmt: skip
+           change_accepted_s=round(accepted - changed, 2), next_change_applied_s=round(applied, 2),
+           allowance_s=BACK_IN_CHARGE_ALLOWANCE, operator_restarts=0)  # fmt: skip
     assert in_charge <= BACK_IN_CHARGE_ALLOWANCE
     assert applied <= 5.0
 
