@@ -1,12 +1,15 @@
 """Maintenance windows at the edges: zone names that are tzdata directories, digits that are not ASCII,
-and openings in the hour a daylight-saving change skips or repeats (fixed dates, America/New_York)."""
+cronsim's extensions, and openings in the hour a daylight-saving change skips or repeats (fixed dates,
+America/New_York), for schedules at a fixed time of day and for hourly ones."""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import zoneinfo
 
 import pytest
+from cronsim import CronSim
 
 from gpu_operator.api.windows import WindowSchedule, parse_cron, parse_duration, parse_zone
 
@@ -73,3 +76,43 @@ def test_an_opening_in_the_repeated_hour_opens_once_at_its_first_occurrence() ->
     assert windows.closes_at(utc("2026-11-01T05:40")) == utc("2026-11-01T05:50")
     assert not windows.is_open(utc("2026-11-01T06:35"))  # 01:35 EST, the second 01:35
     assert windows.next_open(utc("2026-11-01T06:10")) == at("2026-11-02T01:30")
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("0 0 L * *", "day of month: 'l' is not a number"),
+        ("0 0 LW * *", "day of month: 'lw' is not a number"),
+        ("0 0 * * 5#2", "day of week: '5#2' is not a number or a name"),
+        ("0 0 * * 5L", "day of week: '5l' is not a number or a name"),
+        ("0 0 2 * * *", "must have 5 fields"),
+    ],
+)
+def test_cronsims_extensions_are_refused(schedule: str, message: str) -> None:
+    # cronsim would run them; the CRD and the docs describe the five classic fields, so they are refused.
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_cron(schedule)
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    ["*/15 1-3,22 * jan,jul mon-fri", "5/20 * * * *", "0 0 * * 7", "1-10/3 */5 1,15 * sun-sat", "0 2 29 2 *",
+     "30 4 1-7 * 1", "@weekly", "@hourly", "0 0 31 jan-dec *", "59 23 * DEC SAT"],
+)  # fmt: skip
+def test_the_fields_we_check_are_the_fields_cronsim_runs(schedule: str) -> None:
+    cron = parse_cron(schedule)
+    ran = CronSim(cron.text, dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    ours = (cron.minutes, cron.hours, cron.days, cron.months)
+    assert ours == tuple(frozenset(s) for s in (ran.minutes, ran.hours, ran.days, ran.months))
+    assert all(isinstance(d, int) for d in ran.weekdays)  # no "L" or "#" items: those are refused
+    assert cron.weekdays == {d % 7 for d in ran.weekdays if isinstance(d, int)}
+    assert cron.either_day == (not ran.day_and)
+
+
+def test_an_hourly_schedule_follows_the_clock_across_both_changes() -> None:
+    # No opening at 02:30 on the day 02:00-03:00 is skipped; two at 01:30 on the day 01:00-02:00 repeats.
+    windows = WindowSchedule.parse(zone="America/New_York", windows=[("30 * * * *", "10m")])
+    assert windows.next_open(utc("2026-03-08T06:45")) == utc("2026-03-08T07:30")  # 01:45 EST -> 03:30 EDT
+    assert windows.next_open(utc("2026-11-01T05:00")) == utc("2026-11-01T05:30")  # 01:30 EDT
+    assert windows.next_open(utc("2026-11-01T05:45")) == utc("2026-11-01T06:30")  # 01:30 EST, once more
+    assert windows.is_open(utc("2026-11-01T06:35"))

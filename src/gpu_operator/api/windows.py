@@ -6,12 +6,17 @@ month, day of week, or one of ``@hourly @daily @weekly @monthly @yearly``) and s
 by default), so "02:00 on Saturdays" stays 02:00 across daylight-saving changes. As in Vixie cron,
 when both day fields are restricted a day matching either one counts.
 
-Daylight-saving changes, as cronie handles them: an opening whose wall-clock time falls in a gap
-(02:30 on the night clocks go from 02:00 to 03:00) opens at the first instant after the gap (03:00)
-and stays open its whole duration from there; an opening in a repeated hour (01:30 on the night
-clocks go back from 02:00 to 01:00) opens once, at its first occurrence. Numbers in schedules and
-durations are ASCII digits only (``int()`` would also take fullwidth or Arabic-Indic digits), and a zone
-must name a zone file, not a tzdata directory such as ``America``.
+Daylight-saving changes follow Debian's cron, as the cronsim library implements it (we parse and check
+the text; cronsim says when each opening happens). A schedule at a fixed time of day (its minute and hour
+fields both name numbers) keeps to the calendar: an opening whose wall-clock time falls in a gap (02:30
+on the night clocks go from 02:00 to 03:00) opens at the first minute after the gap (03:00) and stays
+open its whole duration from there; an opening in a repeated hour (01:30 on the night clocks go back
+from 02:00 to 01:00) opens once, at its first occurrence. A schedule with ``*`` in its minute or hour
+field follows the clock: an hour that does not happen has no openings, and one that happens twice has
+them twice. Numbers in schedules and durations are ASCII digits only (``int()`` would also take
+fullwidth or Arabic-Indic digits), and a zone must name a zone file, not a tzdata directory such as
+``America``. cronsim's extensions (a seconds field, ``L``, ``W``, ``#``) are refused: the CRD and the
+docs describe the five classic fields only.
 
 Pure: parsing refuses bad input with a message the offline validator puts next to the field, and
 :class:`WindowSchedule` answers "open at t?" and "next opening after t?" for an epoch time it is
@@ -22,12 +27,14 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 import re
 import zoneinfo
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Annotated
 
+from cronsim import CronSim, CronSimError
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 
@@ -47,11 +54,13 @@ _MACROS = {
 _DURATION = re.compile(r"^(?:([0-9]+)h)?(?:([0-9]+)m)?$")
 DURATION_PATTERN = _DURATION.pattern
 HORIZON_DAYS = 5 * 366  # a schedule that names no time within this never opens (e.g. 30 February)
+_EPOCH_2000 = dt.datetime(2000, 1, 1, tzinfo=dt.UTC).timestamp()
 
 
 @dataclass(frozen=True)
 class Cron:
-    """The minutes, hours, days, months and weekdays (0 = Sunday) a schedule names."""
+    """The minutes, hours, days, months and weekdays (0 = Sunday) a schedule names, and its five fields
+    (macros expanded) as cronsim reads them."""
 
     minutes: frozenset[int]
     hours: frozenset[int]
@@ -59,29 +68,19 @@ class Cron:
     months: frozenset[int]
     weekdays: frozenset[int]
     either_day: bool  # both day fields restricted: a day matching either counts
+    text: str = field(default="", compare=False)
 
-    def day_matches(self, day: dt.datetime) -> bool:
-        weekday = (day.weekday() + 1) % 7  # Python: Monday 0; cron: Sunday 0
-        by_month, by_week = day.day in self.days, weekday in self.weekdays
-        return (by_month or by_week) if self.either_day else (by_month and by_week)
-
-    def next_start(self, after: dt.datetime) -> dt.datetime | None:
-        """The first naive wall-clock minute at or after ``after`` the schedule names (None past the horizon)."""
-        t = after.replace(second=0, microsecond=0) + (dt.timedelta(minutes=1) if after.second or after.microsecond
-                                                      else dt.timedelta())  # fmt: skip
-        limit = after + dt.timedelta(days=HORIZON_DAYS)
-        while t <= limit:
-            if t.month not in self.months:
-                t = (t.replace(day=1, hour=0, minute=0) + dt.timedelta(days=32)).replace(day=1)
-            elif not self.day_matches(t):
-                t = t.replace(hour=0, minute=0) + dt.timedelta(days=1)
-            elif t.hour not in self.hours:
-                t = t.replace(minute=0) + dt.timedelta(hours=1)
-            elif t.minute not in self.minutes:
-                t += dt.timedelta(minutes=1)
-            else:
-                return t
-        return None
+    def openings(self, *, zone: dt.tzinfo, after: float) -> Iterator[float]:
+        """Epoch seconds of each opening at or after ``after``, in order, as cron runs them in ``zone``; ends
+        past the horizon. In a repeated hour an opening that cronsim places at the hour's first occurrence
+        may come before ``after``: callers skip those."""
+        start = dt.datetime.fromtimestamp(math.ceil(after) - 1, zone)  # cronsim yields times after this
+        limit = after + HORIZON_DAYS * 86400
+        for opening in CronSim(self.text, start):
+            epoch = opening.timestamp()
+            if epoch > limit:
+                return
+            yield epoch
 
 
 def parse_cron(text: str) -> Cron:
@@ -92,8 +91,13 @@ def parse_cron(text: str) -> Cron:
     sets = [_field(value, index) for index, value in enumerate(fields)]
     weekdays = frozenset(d % 7 for d in sets[4])
     cron = Cron(minutes=sets[0], hours=sets[1], days=sets[2], months=sets[3], weekdays=weekdays,
-                either_day=not fields[2].startswith("*") and not fields[4].startswith("*"))  # fmt: skip
-    if cron.next_start(dt.datetime(2000, 1, 1)) is None:
+                either_day=not fields[2].startswith("*") and not fields[4].startswith("*"),
+                text=" ".join(fields))  # fmt: skip
+    try:
+        first = next(cron.openings(zone=dt.UTC, after=_EPOCH_2000), None)
+    except CronSimError:  # cronsim's own check, a day no month of the schedule has (the fields were checked)
+        first = None
+    if first is None:
         raise ValueError(f"{text!r} names no time that exists (e.g. a day a month does not have)")
     return cron
 
@@ -187,33 +191,10 @@ class WindowSchedule:
         """``'0 2 * * sat' for 4h, ... (Europe/Berlin)``."""
         return ", ".join(f"'{s}' for {d}" for s, d in self.source) + f" ({self.zone_name})"
 
-    def _local(self, t: float) -> dt.datetime:
-        return dt.datetime.fromtimestamp(t, self.zone).replace(tzinfo=None)
-
-    def _epoch(self, local: dt.datetime) -> float:
-        """When wall-clock time ``local`` first occurs; in a daylight-saving gap, the gap's end."""
-        first = local.replace(tzinfo=self.zone, fold=0).timestamp()
-        if self._local(first) == local.replace(fold=0):
-            return first
-        # In a gap, fold=0 reads ``local`` with the offset before the change (an instant after the gap)
-        # and fold=1 with the one after (an instant before it): the change lies between. The first
-        # second whose wall-clock time is not before ``local`` is the gap's end.
-        low, high = int(local.replace(tzinfo=self.zone, fold=1).timestamp()), int(first)
-        while high - low > 1:
-            middle = (low + high) // 2
-            low, high = (low, middle) if self._local(middle) >= local else (middle, high)
-        return float(high)
-
     def _next_start(self, cron: Cron, t: float) -> float | None:
         """The first opening of ``cron`` at or after ``t``, in epoch seconds."""
-        local = self._local(t).replace(fold=0)
-        while (start := cron.next_start(local)) is not None:
-            opens = self._epoch(start)
-            if opens >= t:
-                return opens
-            # A wall-clock time of a repeated hour whose first occurrence is past: it opened then.
-            local = start + dt.timedelta(minutes=1)
-        return None
+        # A wall-clock time of a repeated hour whose first occurrence is before t opened then: skip it.
+        return next((opens for opens in cron.openings(zone=self.zone, after=t) if opens >= t), None)
 
     def closes_at(self, t: float) -> float | None:
         """When a window open at ``t`` closes (per schedule, the one that opened first; the latest of those),
