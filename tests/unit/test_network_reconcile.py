@@ -142,12 +142,15 @@ def test_a_policy_with_another_name_is_ignored_and_deploys_nothing() -> None:
 
 
 def test_an_invalid_policy_is_reported_with_its_field() -> None:
-    bad = {"ofedDriver": {**_image("doca-driver"), "upgradePolicy": {"maxParallelUpgrades": -1}}}
+    bad = {"ofedDriver": {**_image("doca-driver"), "upgradePolicy": {"maxParallelUpgrades": -1},
+                          "env": [{"name": "1BAD", "value": "x"}]}}  # fmt: skip
     api = _cluster(bad)
     _run(api)
     status = _status(api, "nicclusterpolicies", net.NCP_NAME)
     assert status["state"] == net.ERROR
-    assert "maxParallelUpgrades" in status["reason"]
+    # The paths the user wrote (as `validate` prints them), not pydantic's locations (env.0.name).
+    assert "spec.ofedDriver.upgradePolicy.maxParallelUpgrades: must be greater than" in status["reason"]
+    assert "spec.ofedDriver.env[0].name: '1BAD' must be an environment variable name" in status["reason"]
     assert not _daemonsets(api)
 
 

@@ -136,6 +136,10 @@ PATTERN_MESSAGES = {
     "not starting with a digit",
     k8s.INTERFACE_NAME_PATTERN: "must be a network interface name: 1 to 15 characters, no '/', ':' or "
     "whitespace, not '.' or '..'",
+    k8s.OPTIONAL_CONFIG_MAP_KEY_PATTERN: "must be empty or a ConfigMap key: letters, digits, '-', '_' and '.', "
+    "not '.' or '..' nor starting with '..'",
+    k8s.SYSCTL_NAME_PATTERN: "must be a sysctl name such as net.ipv4.ip_forward: segments of lowercase "
+    "letters, digits, '-' and '_', each starting and ending with a letter or digit, separated by '.' or '/'",
 }
 
 Quantity = Annotated[int | str, AfterValidator(check_quantity), IntOrStringMarker(pattern=k8s.QUANTITY_PATTERN)]

@@ -28,6 +28,7 @@ from gpu_operator.api.k8srules import (
     ImageVersion,
     Int32,
     LabelSelectorText,
+    OptionalConfigMapKey,
 )
 
 #: Which program runs in an operand's containers (our extension; docs/reference/implementations.md):
@@ -118,7 +119,7 @@ class NamedConfig(ApiModel):
     """A ConfigMap of named configurations, and the one used when a node asks for none."""
 
     name: ObjectName | None = opt(description="Name of the ConfigMap holding the configurations.")
-    default: str | None = opt(description="Key of the configuration used by default.")
+    default: OptionalConfigMapKey | None = opt(description="Key of the configuration used by default.")
 
 
 class Probe(ApiModel):

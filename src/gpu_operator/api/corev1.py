@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from gpu_operator.api.base import ApiModel, EnvVar, ObjectName, Quantity, Rule, opt
-from gpu_operator.api.k8srules import Int32, Int64, LabelKey
+from gpu_operator.api.k8srules import Int32, Int64, LabelKey, SysctlName
 
 #: Kubernetes' bound on user and group IDs (ValidateUserID / ValidateGroupID): 0 to 2^31-1.
 _MAX_ID = 2**31 - 1
@@ -38,7 +38,7 @@ class Profile(ApiModel):
 class Sysctl(ApiModel):
     """A namespaced kernel parameter set for the pod."""
 
-    name: str = Field(description="Name of the sysctl.")
+    name: SysctlName = Field(description="Name of the sysctl.")
     value: str = Field(description="Value of the sysctl.")
 
 

@@ -142,6 +142,19 @@ ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 EnvVarName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN, min_length=1, max_length=256)]
 """An environment variable name, as Kubernetes has long required it (a C identifier, also '-' and '.')."""
 
+# --- ConfigMap keys and sysctls -----------------------------------------------------------------------
+
+# A key: letters, digits, '-', '_', '.'; not "." or "..", nor starting with ".." (a path the kubelet writes).
+# Empty is allowed: upstream's samples write `default: ""` for "no default".
+OPTIONAL_CONFIG_MAP_KEY_PATTERN = r"^(\.[-_a-zA-Z0-9][-._a-zA-Z0-9]*|[-_a-zA-Z0-9][-._a-zA-Z0-9]*)?$"
+OptionalConfigMapKey = Annotated[str, StringConstraints(pattern=OPTIONAL_CONFIG_MAP_KEY_PATTERN, max_length=253)]
+"""A key of a ConfigMap as the API server takes it, or "" for none."""
+
+_SYSCTL_SEGMENT = r"[a-z0-9]([-_a-z0-9]*[a-z0-9])?"
+SYSCTL_NAME_PATTERN = rf"^({_SYSCTL_SEGMENT}[./])*{_SYSCTL_SEGMENT}$"
+SysctlName = Annotated[str, StringConstraints(pattern=SYSCTL_NAME_PATTERN, max_length=253)]
+"""A kernel parameter (``net.ipv4.ip_forward``, or with '/' separators), as the API server takes it."""
+
 # --- images (github.com/distribution/reference) ---------------------------------------------------------
 
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -291,7 +304,9 @@ __all__ = [
     "LabelSelectorText",
     "LabelValue",
     "Labels",
+    "OptionalConfigMapKey",
     "OptionalLabelKey",
+    "SysctlName",
     "check_quantity",
     "host_path_problem",
     "host_path_validator",

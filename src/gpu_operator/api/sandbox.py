@@ -11,7 +11,7 @@ from pydantic import Field
 
 from gpu_operator.api.base import ApiModel, HostPath, ObjectName, opt
 from gpu_operator.api.components import Component, ConfigMapRef, DriverManager
-from gpu_operator.api.k8srules import DNSSubdomain, Labels
+from gpu_operator.api.k8srules import DNSSubdomain, ImageReference, Labels
 
 
 class SandboxWorkloadsSpec(ApiModel):
@@ -57,7 +57,7 @@ class SandboxDevicePluginSpec(Component):
 class KataArtifacts(ApiModel):
     """Where a Kata runtime class's artifacts are pulled from."""
 
-    url: str = Field(description="OCI reference of the artifacts.")
+    url: ImageReference = Field(description="OCI reference of the artifacts.", min_length=1)
     pull_secret: ObjectName | None = opt(description="Secret for pulling the artifacts.")
 
 

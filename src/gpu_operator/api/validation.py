@@ -132,6 +132,15 @@ def one_line(exc: ValidationError) -> str:
     return "; ".join(str(e) for e in _errors(exc)) or str(exc).splitlines()[0]
 
 
+def refusal_line(exc: Exception) -> str:
+    """Why a stored object was refused, on one line, for its status: each field and what is wrong with it
+    (the paths a user writes, ``spec.ofedDriver.env[0].name``, not pydantic's internal locations), or an
+    error's first line."""
+    if isinstance(exc, ValidationError):
+        return one_line(exc)
+    return str(exc).splitlines()[0] if str(exc) else repr(exc)
+
+
 def validate_document(doc: Any, *, source: str = "<input>") -> Result:
     """Validate one decoded document against the model its apiVersion and kind name."""
     if not isinstance(doc, dict):

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from gpu_operator.api.clusterpolicy import ClusterPolicy, active_policy
 from gpu_operator.api.defaults import is_enabled
-from gpu_operator.api.validation import one_line
+from gpu_operator.api.validation import refusal_line
 from gpu_operator.kube.api import JSON, Kube, applied_hash, with_applied_hash
 from gpu_operator.kube.facts import gather_facts
 from gpu_operator.names import keys
@@ -273,7 +273,7 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
         log.error("ClusterPolicy %s: %s", name, exc)
         status = policy_status(
             results=[], facts=ClusterFacts(namespace=namespace), generation=generation, now=_now(),
-            previous=previous, failure=("policy", _first_line(exc)),
+            previous=previous, failure=("policy", refusal_line(exc)),
         )  # fmt: skip
         await _write_status(kube, policy=active, status=status, namespace=namespace)
         await _transition_event(kube, policy=active, status=status)
@@ -282,13 +282,6 @@ async def reconcile_once(kube: Kube, *, namespace: str, operator: OperatorSettin
     await _transition_event(kube, policy=active, status=status)
     await _refusal_event(kube, policy=active, status=status, previous=previous)
     return Outcome(policy=name, status=status, applied=applied, pruned=pruned, labelled=labelled)
-
-
-def _first_line(exc: Exception) -> str:
-    """The status message of a refused policy: each field and what is wrong with it, on one line."""
-    if isinstance(exc, ValidationError):
-        return one_line(exc)
-    return str(exc).splitlines()[0] if str(exc) else repr(exc)
 
 
 async def _write_status(kube: Kube, *, policy: JSON, status: Status, namespace: str) -> None:

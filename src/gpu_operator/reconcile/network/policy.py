@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from gpu_operator.api.network.imagespec import image_of
 from gpu_operator.api.network.nicclusterpolicy import NicClusterPolicy
 from gpu_operator.api.network.nicnodepolicy import NicNodePolicy
+from gpu_operator.api.validation import refusal_line
 from gpu_operator.kube.api import JSON, Kube
 from gpu_operator.names import network as net
 from gpu_operator.observe.network import (
@@ -80,14 +81,6 @@ def facts_of(nodes: Sequence[JSON], *, namespace: str, agent_image: str = DEFAUL
             for n in nodes
         ),
     )
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error)
-    if isinstance(error, ValidationError):
-        # The field path and message of each problem, without pydantic's URLs.
-        return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
-    return text.splitlines()[0] if text else repr(error)
 
 
 async def _write_status(kube: Kube, *, obj: JSON, status: Mapping[str, Any]) -> None:
@@ -247,7 +240,7 @@ def _cluster_owner(active: JSON, facts: NicFacts) -> tuple[_Owner, NicClusterPol
         model = NicClusterPolicy.model_validate(active)
     except ValidationError as error:
         log.error("NicClusterPolicy %s: %s", net.NCP_NAME, error)
-        return _Owner(obj=active, states=None, failure=_first_line(error)), None
+        return _Owner(obj=active, states=None, failure=refusal_line(error)), None
 
     def extra(previous: Sequence[JSON]) -> JSON | None:
         return not_deployed_condition(model, previous=previous, now=_now(), agent_image=facts.agent_image)
@@ -269,7 +262,7 @@ def _node_owners(
         try:
             model = NicNodePolicy.model_validate(nnp)
         except ValidationError as error:
-            owners.append(_Owner(obj=nnp, states=None, failure=_first_line(error)))
+            owners.append(_Owner(obj=nnp, states=None, failure=refusal_line(error)))
             continue
         owners.append(_Owner(obj=nnp, states=render_node_policy(model, facts)))
         if model.spec.ofed_driver is not None:
