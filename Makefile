@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml requirements-dev.lock
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: venv
 venv: $(STAMP) ## Create the virtual environment with the project and its dev tools
@@ -76,6 +76,16 @@ test-unit: $(STAMP) prometheus ## Only the fast tiers: unit (no sockets, 2 s a t
 .PHONY: test-contract
 test-contract: $(STAMP) ## The contract tier: fake driver and NVML, gRPC and HTTP servers on local sockets
 	$(BIN)/pytest tests/contract $(PYTEST_ARGS)
+
+.PHONY: test-integration
+test-integration: $(STAMP) kube-bin node-bin nfd-bin prometheus containerd-bin ## Only the integration tier: one real control plane for the run
+	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" GPU_OPERATOR_NODE_BIN_DIR="$$(bash hack/build-node.sh)" \
+	  $(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+.PHONY: test-e2e
+test-e2e: $(STAMP) kube-bin node-bin nfd-bin prometheus containerd-bin ## Only the e2e tier: real kubelet nodes running the product image
+	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" GPU_OPERATOR_NODE_BIN_DIR="$$(bash hack/build-node.sh)" \
+	  $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 .PHONY: golden
 golden: $(STAMP) prometheus ## Regenerate the golden files (review the diff before committing)

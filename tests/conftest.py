@@ -4,6 +4,7 @@ Every test under ``tests/<tier>/`` gets the ``<tier>`` marker here (no file sets
 ``pytest -m contract`` and ``pytest tests/contract`` select the same tests. Unit tests also get a
 2-second timeout unless they carry a ``timeout`` mark of their own, and tiers run in ``RUN_ORDER``;
 the socket ban of the unit tier lives in ``tests/unit/conftest.py``. Tier fixtures live in each tier's conftest.
+Every run ends with where its time went (``tests/timing.py``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from tests.timing import TimingPlugin
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
@@ -33,6 +36,13 @@ def tier_of(path: Path) -> str | None:
     except (ValueError, IndexError):
         return None
     return top if top in TIERS else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("test-timing"):
+        timing = TimingPlugin(root=REPO, tier_of=lambda module: tier_of(REPO / module), order=RUN_ORDER,
+                              output=REPO / "build" / "test-times.json")  # fmt: skip
+        config.pluginmanager.register(timing, "test-timing")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
