@@ -20,6 +20,7 @@ from gpu_operator.kube.crds import install_crds
 from gpu_operator.localcluster.cluster import LocalCluster
 from gpu_operator.localcluster.waiting import wait_for
 from gpu_operator.reconcile.operator import LEASE_NAME, LEASE_SECONDS, RETRY_SECONDS
+from gpu_operator.reconcile.process import LEASE
 from tests.integration.conftest_operator import OperatorThread
 
 FAILOVER_TARGET = LEASE_SECONDS + RETRY_SECONDS  # 17 s
@@ -61,7 +62,14 @@ def test_a_standby_replaces_a_killed_leader_and_a_clean_stop_hands_over_at_once(
     with OperatorThread(cluster=local_cluster, namespace=namespace) as standby:
         wait_for(lambda: standby.operator is not None and standby.operator.kube is not None, timeout=60,
                  describe="the standby's caches synced")  # fmt: skip
-        time.sleep(3 * RETRY_SECONDS)  # a few of the standby's tries
+        # Two whole tries of the standby's lease loop after its caches synced, each finding the Lease held.
+        operator = standby.operator
+        assert operator is not None
+        assert operator.supervisor is not None
+        lease_loop = operator.supervisor.loops[LEASE]
+        tried = lease_loop.stats.passes
+        wait_for(lambda: lease_loop.stats.passes >= tried + 2, timeout=4 * RETRY_SECONDS, interval=0.05,
+                 describe="two more tries of the standby")  # fmt: skip
         assert _holder(client, namespace) == first
         assert standby.operator is not None
         assert standby.operator.passes == 0, "a standby must not reconcile"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -215,7 +214,11 @@ def test_policy_ready_gated_plugins_pruning_singleton_and_node_policies(
     _apply(client, first)
     wait_for(lambda: _status(client, NicNodePolicyResource, "pool-a").get("state") == net.READY, timeout=120,
              describe="pool-a ready")  # fmt: skip
-    time.sleep(1.0)  # pool-a is strictly older than the overlapping one (creation timestamps are seconds)
+    # pool-a must be strictly older than the overlapping one, and creation timestamps are whole seconds.
+    stored: Any = client.get(NicNodePolicyResource, "pool-a").to_dict()  # type: ignore[no-untyped-call]
+    created = dt.datetime.fromisoformat(stored["metadata"]["creationTimestamp"])
+    wait_for(lambda: dt.datetime.now(dt.UTC).replace(microsecond=0) > created, timeout=5, interval=0.05,
+             describe="the next second")  # fmt: skip
     overlapping = {**first, "metadata": {"name": "all-nics"},
                    "spec": {"nodeSelector": {net.NIC_PRESENT: "true"}, "rdmaSharedDevicePlugin": rdma}}  # fmt: skip
     _apply(client, overlapping)

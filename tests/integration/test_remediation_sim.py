@@ -100,6 +100,22 @@ def _metric(thread: OperatorThread, line: str) -> bool:
     return operator is not None and line in operator.metric_lines()
 
 
+def _passes_since_now(thread: OperatorThread, client: Client, nodes: list[str]) -> None:
+    """Until at least one whole remediation pass has started after this call and ended: what a test that
+    proves "still nothing" needs (a sleep only hoped for it). Each round changes a label on ``nodes``, which
+    wakes the remediation loop, and waits for one more pass to end; a pass under way in the first round
+    may have begun before, so there are two."""
+    operator = thread.operator
+    assert operator is not None
+    for _ in range(2):
+        before = operator.remediation_stats.passes
+        for name in nodes:
+            poke = {"metadata": {"labels": {"test.gpu-operator/poke": str(time.monotonic_ns())}}}
+            client.patch(Node, name, poke, patch_type=PatchType.MERGE)
+        wait_for(lambda b=before: operator.remediation_stats.passes > b, timeout=30, interval=0.05,  # type: ignore[misc]
+                 describe="a remediation pass after the change")  # fmt: skip
+
+
 def _storm(simulator: Simulator, node: str) -> None:
     """XID 79 on every GPU of the node, three times over."""
     gpus = len(simulator.node(node).gpu.devices())
@@ -148,7 +164,7 @@ def test_an_xid_storm_remediates_one_node_and_the_breaker_stops_a_cascade(
             assert dry["message"] == f"dry run: would reboot node {first} for XID 79"
             wait_for(lambda: _metric(thread, 'gpu_operator_remediation_actions_total{action="reboot",xid="79",'
                                      'dry_run="true"} 1'), timeout=10, describe="the dry-run metric")  # fmt: skip
-            time.sleep(2)  # a few more passes (the loop runs at most one a second): still nothing
+            _passes_since_now(thread, client, [first])  # passes that saw the storm again: still nothing
             assert _remediation(_node(client, first)) == ({}, [])
             assert _running(client, pods[first], namespace)
             assert len(_events(client, first, m.DRY_RUN_REASON)) == 1  # the storm is reported once
@@ -179,7 +195,7 @@ def test_an_xid_storm_remediates_one_node_and_the_breaker_stops_a_cascade(
             for name in others:
                 wait_for(lambda n=name: _events(client, n, m.BREAKER_REASON), timeout=60,  # type: ignore[misc]
                          describe=f"a breaker Event on {name}")  # fmt: skip
-            time.sleep(2)
+            _passes_since_now(thread, client, others)
             for name in others:
                 assert _remediation(_node(client, name)) == ({}, [])
                 assert _running(client, pods[name], namespace)
@@ -207,7 +223,7 @@ def test_an_xid_storm_remediates_one_node_and_the_breaker_stops_a_cascade(
             assert any("ended: the node rebooted" in e["message"] for e in _events(client, first, m.EVENT_REASON))
             wait_for(lambda: [n["name"] for n in _status(client)["nodes"]] in ([others[0]], [others[1]]),
                      timeout=30, describe="one held node admitted")  # fmt: skip
-            time.sleep(2)  # more passes: still only one node in remediation
+            _passes_since_now(thread, client, others)  # more passes: still only one node in remediation
             entered = [name for name in others if _remediation(_node(client, name))[0].get(keys.REMEDIATION_STATE)]
             status = _status(client)
             assert len(entered) == 1, entered

@@ -10,6 +10,7 @@ the real agent (``gpu-operator agent device-plugin``).
 from __future__ import annotations
 
 import functools
+import logging
 import socket
 import time
 from pathlib import Path
@@ -169,10 +170,12 @@ def test_components_fail_with_precise_messages(
 
 @pytest.mark.timeout(120)
 def test_wait_mode_continues_within_a_second(
-    client: Client, namespace: str, simulator: Simulator, sim_nodes: SimNodesFactory, sim_program: SimProgramFactory
-) -> None:
+    client: Client, namespace: str, simulator: Simulator, sim_nodes: SimNodesFactory, sim_program: SimProgramFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
     (node,) = sim_nodes("dgx-h100:1")
     register(sim_program)
+    caplog.set_level(logging.INFO)
     host_root = simulator.node(node).host_root
     write_toolkit_output(host_root)
     spec = container("main", "validator", COMPONENT="toolkit", WITH_WAIT="true")
@@ -183,7 +186,9 @@ def test_wait_mode_continues_within_a_second(
         describe="the toolkit validation waiting",
     )
     validations = host_root / "run/nvidia/validations"
-    time.sleep(1.5)  # it really waits: nothing is written without driver-ready
+    # It really waits: it looked for driver-ready, said it waits for it, and wrote nothing.
+    wait_for(lambda: any(r.getMessage().startswith("waiting for") and "prerequisite driver-ready" in r.getMessage()
+                         for r in caplog.records), timeout=10, interval=0.05, describe="it waits")  # fmt: skip
     assert not (validations / "toolkit-ready").exists()
     (validations / "driver-ready").write_text("IS_HOST_DRIVER=true\n", encoding="utf-8")
     began = time.monotonic()
