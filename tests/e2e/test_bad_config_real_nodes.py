@@ -23,6 +23,7 @@ Python's UTF-8 reader raises on, which the agents did not catch before they refu
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import time
 from collections.abc import Iterator
@@ -55,9 +56,12 @@ MIG_APP = "nvidia-mig-manager"
 PLUGIN_CONFIGS = "plugin-configs"
 MIG_CONFIGS = "mig-configs"
 MIG_FILE = f"{mig.CONFIG_DIR}/config.yaml"  # where the MIG manager's pod reads the ConfigMap's key
-#: The kubelet refreshes a ConfigMap volume at its pod sync (every minute, plus jitter): what an edit
-#: may take to reach a running pod, with room for the agent's own pass and a loaded machine.
-VOLUME_SYNC_S = 150.0
+#: The kubelet refreshes a ConfigMap volume at its pod sync (syncFrequency, a minute by default, plus
+#: jitter). This module's node syncs every SYNC_S: each edit here waits on that, and the test is about
+#: what the agents do with the file, not how soon the kubelet delivers it.
+SYNC_S = 10
+#: What an edit may take to reach a running pod: a few syncs, the agent's own pass, a loaded machine.
+VOLUME_SYNC_S = 6 * SYNC_S
 
 
 def _sharing(replicas: int) -> str:
@@ -89,7 +93,7 @@ def cluster(
         node_images=[product_image.archive],
         node_binaries=node_binaries,
         node_hardware=[pci_functions(PROFILE)],
-        node_setups=[node_setup(profile=PROFILE)],
+        node_setups=[dataclasses.replace(node_setup(profile=PROFILE), sync_frequency_s=SYNC_S)],
     )
     with local:
         yield local

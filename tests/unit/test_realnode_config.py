@@ -198,3 +198,8 @@ def test_kubelet_registers_the_node_with_the_setups_taints(tmp_path: Path) -> No
     spec = dataclasses.replace(_spec(tmp_path), register_with_taints=(taint,))
     assert _kubelet(spec)["registerWithTaints"] == [taint]
     assert _kubelet(_spec(tmp_path))["registerWithTaints"] == []
+
+
+def test_kubelet_syncs_pods_at_its_default_unless_the_setup_asks_for_less(tmp_path: Path) -> None:
+    assert _kubelet(_spec(tmp_path))["syncFrequency"] == "60s"  # the kubelet's own default
+    assert _kubelet(dataclasses.replace(_spec(tmp_path), sync_frequency_s=10))["syncFrequency"] == "10s"

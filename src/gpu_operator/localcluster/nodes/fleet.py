@@ -87,6 +87,7 @@ class RealNodes:
                     host_overlay=setup.host_overlay,
                     fake_kernel=setup.fake_kernel,
                     register_with_taints=setup.register_with_taints,
+                    sync_frequency_s=setup.sync_frequency_s,
                 )
                 node = RealNode(spec=spec, binaries=self.binaries, pci_functions=self.hardware[index - 1])
                 self.nodes.append(node)

@@ -92,6 +92,9 @@ class NodeSpec:
     fake_kernel: bool = False
     #: Taints the kubelet registers its Node with (``registerWithTaints``), as a cloud node group's do.
     register_with_taints: tuple[Mapping[str, str], ...] = ()
+    #: The kubelet's ``syncFrequency``: how often it syncs each pod, which is also how soon an edited
+    #: ConfigMap reaches a pod's volume. The kubelet's default (60 s) unless a test asks for less.
+    sync_frequency_s: int = 60
 
     def __post_init__(self) -> None:
         if not 1 <= self.index <= 250:
@@ -181,6 +184,8 @@ class NodeSetup:
     prepare: Callable[[NodeSpec], None] | None = None
     #: Taints the Node registers with (``key``, ``value``, ``effect``): an autoscaled node group's startup taint.
     register_with_taints: tuple[Mapping[str, str], ...] = ()
+    #: The kubelet's ``syncFrequency`` in seconds (``NodeSpec.sync_frequency_s``).
+    sync_frequency_s: int = 60
 
 
 def containerd_config(*, sandbox_image: str) -> str:
@@ -282,6 +287,7 @@ def kubelet_config(*, spec: NodeSpec, ca_file: Path, cert_file: Path, key_file: 
         "serializeImagePulls": False,
         "registerNode": True,
         "registerWithTaints": [dict(taint) for taint in spec.register_with_taints],
+        "syncFrequency": f"{spec.sync_frequency_s}s",
         "maxPods": 110,
         "shutdownGracePeriod": "0s",
         "logging": {"format": "text"},
