@@ -48,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("test-timing"):
         timing = TimingPlugin(root=REPO, tier_of=lambda module: tier_of(REPO / module), order=RUN_ORDER,
                               output=REPO / "build" / "test-times.json")  # fmt: skip
+        timing.time_waits()
         config.pluginmanager.register(timing, "test-timing")
 
 
