@@ -116,3 +116,12 @@ def test_an_hourly_schedule_follows_the_clock_across_both_changes() -> None:
     assert windows.next_open(utc("2026-11-01T05:00")) == utc("2026-11-01T05:30")  # 01:30 EDT
     assert windows.next_open(utc("2026-11-01T05:45")) == utc("2026-11-01T06:30")  # 01:30 EST, once more
     assert windows.is_open(utc("2026-11-01T06:35"))
+
+
+def test_schedules_naming_the_same_minutes_differently_are_not_equal() -> None:
+    # cron runs "*/30 1 * * *" by the clock and "0,30 1 * * *" by the calendar in a repeated hour.
+    assert parse_cron("*/30 1 * * *") != parse_cron("0,30 1 * * *")
+    by_clock = WindowSchedule.parse(zone="America/New_York", windows=[("*/30 1 * * *", "5m")])
+    by_calendar = WindowSchedule.parse(zone="America/New_York", windows=[("0,30 1 * * *", "5m")])
+    assert by_clock.next_open(utc("2026-11-01T05:45")) == utc("2026-11-01T06:00")  # 01:00 EST, the second one
+    assert by_calendar.next_open(utc("2026-11-01T05:45")) == at("2026-11-02T01:00")

@@ -31,7 +31,7 @@ import math
 import re
 import zoneinfo
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated
 
 from cronsim import CronSim, CronSimError
@@ -68,7 +68,9 @@ class Cron:
     months: frozenset[int]
     weekdays: frozenset[int]
     either_day: bool  # both day fields restricted: a day matching either counts
-    text: str = field(default="", compare=False)
+    text: str = (
+        ""  # compared too: "*/15" and "0,15,30,45" name the same minutes but cron treats them apart in a DST change
+    )
 
     def openings(self, *, zone: dt.tzinfo, after: float) -> Iterator[float]:
         """Epoch seconds of each opening at or after ``after``, in order, as cron runs them in ``zone``; ends
