@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hypothesis  # noqa: F401  # imported now, not by its plugin's end-of-run summary (see below)
+# Imported now, not by Hypothesis's pytest plugin in its end-of-run summary, which it does when no test
+# did (a run of the integration tier alone): there, under assertion rewriting, at the end of a run that had
+# started clusters, CPython 3.11.7 failed the import in 2 of 3 runs with "SystemError: AST constructor
+# recursion depth mismatch", failing a green run.
+import hypothesis  # noqa: F401
 import pytest
 
 from tests.timing import TimingPlugin
@@ -40,11 +44,6 @@ def tier_of(path: Path) -> str | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Hypothesis's pytest plugin imports hypothesis in its terminal summary when no test did (a run of the
-    # integration tier alone); under pytest's assertion rewriting that import parsed its modules at the
-    # end of a run that had started clusters, and CPython 3.11.7 failed it once in three runs with
-    # "SystemError: AST constructor recursion depth mismatch", failing a green run. Importing it when this
-    # conftest loads (above) leaves nothing to import then.
     if not config.pluginmanager.has_plugin("test-timing"):
         timing = TimingPlugin(root=REPO, tier_of=lambda module: tier_of(REPO / module), order=RUN_ORDER,
                               output=REPO / "build" / "test-times.json")  # fmt: skip

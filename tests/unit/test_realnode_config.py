@@ -203,3 +203,8 @@ def test_kubelet_registers_the_node_with_the_setups_taints(tmp_path: Path) -> No
 def test_kubelet_syncs_pods_at_its_default_unless_the_setup_asks_for_less(tmp_path: Path) -> None:
     assert _kubelet(_spec(tmp_path))["syncFrequency"] == "60s"  # the kubelet's own default
     assert _kubelet(dataclasses.replace(_spec(tmp_path), sync_frequency_s=10))["syncFrequency"] == "10s"
+
+
+def test_a_sync_frequency_under_a_second_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="sync_frequency_s 0 must be at least 1"):
+        dataclasses.replace(_spec(tmp_path), sync_frequency_s=0)

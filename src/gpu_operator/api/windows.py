@@ -68,9 +68,8 @@ class Cron:
     months: frozenset[int]
     weekdays: frozenset[int]
     either_day: bool  # both day fields restricted: a day matching either counts
-    text: str = (
-        ""  # compared too: "*/15" and "0,15,30,45" name the same minutes but cron treats them apart in a DST change
-    )
+    # Compared too: "*/15" and "0,15,30,45" name the same minutes, but cron runs them apart in a DST change.
+    text: str = ""
 
     def openings(self, *, zone: dt.tzinfo, after: float) -> Iterator[float]:
         """Epoch seconds of each opening at or after ``after``, in order, as cron runs them in ``zone``; ends

@@ -99,6 +99,8 @@ class NodeSpec:
     def __post_init__(self) -> None:
         if not 1 <= self.index <= 250:
             raise ValueError(f"node index {self.index} is outside 1..250")
+        if self.sync_frequency_s < 1:
+            raise ValueError(f"sync_frequency_s {self.sync_frequency_s} must be at least 1 (seconds)")
 
     @property
     def address(self) -> str:
