@@ -2,33 +2,17 @@
 
 The CLI runs one of them in a container; the simulator registers them all for its nodes. The names
 are ``gpu_operator.render.agents.AGENTS`` (a unit test keeps the two equal), so the renderer never
-deploys a command the image cannot run.
+deploys a command the image cannot run. A program's module is imported when the program is looked up:
+a container runs one agent, and importing the other eighteen would cost every container start CPU
+and time (``gpu_operator.cli.main`` says how much).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from types import MappingProxyType
+import importlib
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
-from gpu_operator.agents.deviceplugin import program as device_plugin
-from gpu_operator.agents.discovery import program as gpu_discovery
-from gpu_operator.agents.drivermanager import driver as driver_program
-from gpu_operator.agents.drivermanager import manager as driver_manager
-from gpu_operator.agents.drivermanager import peermem
-from gpu_operator.agents.exporter import program as exporter
-from gpu_operator.agents.gfd import program as feature_discovery
-from gpu_operator.agents.migmanager import program as mig_manager
-from gpu_operator.agents.mps import program as mps_control_daemon
-from gpu_operator.agents.multus import program as multus
-from gpu_operator.agents.nicfd import program as nic_feature_discovery
-from gpu_operator.agents.nodestatus import program as node_status_exporter
-from gpu_operator.agents.ofed import program as ofed_driver
-from gpu_operator.agents.ofed import safeload as ofed_safe_load
-from gpu_operator.agents.rdmadp import program as rdma_shared_dp
 from gpu_operator.agents.runtime import AgentContext
-from gpu_operator.agents.sriovdp import program as sriov_dp
-from gpu_operator.agents.toolkit import program as toolkit
-from gpu_operator.agents.validator import program as validator
 
 Program = Callable[[AgentContext], Awaitable[None]]
 
@@ -40,26 +24,45 @@ async def sleep_program(ctx: AgentContext) -> None:
         pass
 
 
-PROGRAMS: MappingProxyType[str, Program] = MappingProxyType(
-    {
-        "sleep": sleep_program,
-        "device-plugin": device_plugin.main,
-        "feature-discovery": feature_discovery.main,
-        "exporter": exporter.main,
-        "validator": validator.main,
-        "node-status-exporter": node_status_exporter.main,
-        "toolkit": toolkit.main,
-        "mig-manager": mig_manager.main,
-        "driver-manager": driver_manager.main,
-        "driver": driver_program.main,
-        "nvidia-peermem": peermem.main,
-        "gpu-discovery": gpu_discovery.main,
-        "mps-control-daemon": mps_control_daemon.main,
-        "multus": multus.main,
-        "rdma-shared-dp": rdma_shared_dp.main,
-        "sriov-dp": sriov_dp.main,
-        "nic-feature-discovery": nic_feature_discovery.main,
-        "ofed-driver": ofed_driver.main,
-        "ofed-safe-load": ofed_safe_load.main,
-    }
-)
+#: Each agent's name -> the module whose ``main`` it runs ("" for :func:`sleep_program`, defined here).
+MODULES = {
+    "sleep": "",
+    "device-plugin": "gpu_operator.agents.deviceplugin.program",
+    "feature-discovery": "gpu_operator.agents.gfd.program",
+    "exporter": "gpu_operator.agents.exporter.program",
+    "validator": "gpu_operator.agents.validator.program",
+    "node-status-exporter": "gpu_operator.agents.nodestatus.program",
+    "toolkit": "gpu_operator.agents.toolkit.program",
+    "mig-manager": "gpu_operator.agents.migmanager.program",
+    "driver-manager": "gpu_operator.agents.drivermanager.manager",
+    "driver": "gpu_operator.agents.drivermanager.driver",
+    "nvidia-peermem": "gpu_operator.agents.drivermanager.peermem",
+    "gpu-discovery": "gpu_operator.agents.discovery.program",
+    "mps-control-daemon": "gpu_operator.agents.mps.program",
+    "multus": "gpu_operator.agents.multus.program",
+    "rdma-shared-dp": "gpu_operator.agents.rdmadp.program",
+    "sriov-dp": "gpu_operator.agents.sriovdp.program",
+    "nic-feature-discovery": "gpu_operator.agents.nicfd.program",
+    "ofed-driver": "gpu_operator.agents.ofed.program",
+    "ofed-safe-load": "gpu_operator.agents.ofed.safeload",
+}
+
+
+class _Programs(Mapping[str, Program]):
+    """The read-only table of programs; a program's module is imported on its first lookup."""
+
+    def __getitem__(self, name: str) -> Program:
+        module = MODULES[name]
+        if not module:
+            return sleep_program
+        program: Program = importlib.import_module(module).main
+        return program
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(MODULES)
+
+    def __len__(self) -> int:
+        return len(MODULES)
+
+
+PROGRAMS: Mapping[str, Program] = _Programs()
