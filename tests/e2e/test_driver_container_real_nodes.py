@@ -307,9 +307,10 @@ def test_a_driver_upgrade_evicts_the_workload_first_and_ends_upgrade_done(
 
 #: The canary stage of the e2e: one canary (real-node-1, first by name), and 45 s to run the new driver.
 CANARY = {"nodes": 1, "soakSeconds": 5, "timeoutSeconds": 45}
-#: The bad driver's canary gets longer: the canary's workload must be drained (its 30 s grace), the bad
-#: driver installed and its validator fail before the halt, on a loaded CI machine too.
-BAD_TIMEOUT = 240
+#: The bad driver's canary stage never times out in this test: the halt must come from the validator's
+#: CUDA check giving up on the bad driver (a definite failure, seconds after the driver runs), not from a
+#: timeout that only a slow machine would reach first.
+BAD_TIMEOUT = 3600
 
 
 def _rollout(kube: Client) -> dict[str, str]:
@@ -372,7 +373,7 @@ def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_c
         state = _labels(kube, canary).get(STATE_LABEL)
         return phase == "rolled-back" and state == m.DONE and policy_state(kube) == "ready"
 
-    wait_for(rolled_back, timeout=660, interval=0.5, describe="the canary rolled back to the last good driver")
+    wait_for(rolled_back, timeout=300, interval=0.5, describe="the canary rolled back to the last good driver")
     took = time.monotonic() - began
     rollout = _rollout(kube)
     print(f"canary rollout of a bad driver: halted and rolled back in {took:.1f} s; phases {phases}; "
@@ -383,7 +384,12 @@ def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_c
     assert bad_driver_ready, "the bad driver's pod never became Ready on the canary"
     assert validation_failed, "the canary's validator never failed its CUDA check"
     print(f"the canary's validator on driver {BAD}: {validation_failed[0]}")
-    assert f"did not run driver {BAD} validated within {BAD_TIMEOUT} s ({m.VALIDATION}" in rollout["reason"]
+    # Halted by the validator's answer on the canary, not by the stage's timeout.
+    assert rollout["reason"].startswith(f"canary {canary}: validator pod nvidia-operator-validator-"), rollout["reason"]
+    assert (
+        "failed on this driver: cuda-validation exited 1: agent validator: cuda validation failed 3 times"
+        in (rollout["reason"])
+    )
     after = {n: (p["metadata"]["uid"], p["spec"]["containers"][0]["image"]) for n, p in _driver_pods(kube).items()}
     # The canary: its driver replaced by the bad one, then by the good one again; uncordoned.
     assert after[canary][1] == before[canary][1]

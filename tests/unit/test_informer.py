@@ -80,7 +80,13 @@ def _pod(name: str = "driver-1", *, ready: str = "True", labels: JSON | None = N
             "containerStatuses": [{"name": "ctr", "ready": ready == "True", "restartCount": 3, "image": "x",
                                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "long"}},
                                    "lastState": {"terminated": {"exitCode": 1}}}],
-            "initContainerStatuses": [{"name": "init", "ready": True, "restartCount": 0}],
+            "initContainerStatuses": [
+                {"name": "init", "ready": True, "restartCount": 0, "state": {"terminated": {"exitCode": 0}}},
+                {"name": "cuda-validation", "ready": False, "restartCount": 1,
+                 "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}},
+                 "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": "gave up: " + "x" * 5000,
+                                              "startedAt": "2026-11-30T10:00:01Z"}}},
+            ],
         },
     }  # fmt: skip
 
@@ -95,6 +101,8 @@ def test_slim_objects_read_like_whole_ones() -> None:
     assert pod_view(slim_pod(pod)) == pod_view(pod)
     assert pod_view(pod).gpu
     assert pod_view(pod).empty_dir
+    assert pod_view(pod).init_failure.startswith("cuda-validation exited 1: gave up: xxx")  # read through the slim too
+    assert len(str(slim_pod(pod)["status"]["initContainerStatuses"][1])) < 1000  # the message bounded
     whole = node_view(node, driver=driver_full, pods=[pod], validators=[pod])
     assert node_view(slim_node(node), driver=driver_full, pods=[slim_pod(pod)], validators=[slim_pod(pod)]) == whole
     assert whole.unschedulable

@@ -100,3 +100,28 @@ def test_pod_view_flags() -> None:
     }  # fmt: skip
     view = pod_view(pod)
     assert (view.gpu, view.mirror, view.terminating, view.empty_dir, view.owner_kind) == (True, True, True, True, "")
+
+
+def _init(name: str, state: dict[str, Any], last: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "state": state, "lastState": last or {}, "ready": False, "restartCount": 1 if last else 0}
+
+
+def test_pod_view_says_how_an_init_container_last_failed() -> None:
+    passed = _init("driver-validation", {"terminated": {"exitCode": 0, "reason": "Completed"}})
+    message = "agent validator: cuda validation failed 3 times in a row,\n 5 s apart: no libcuda"
+    gave_up = {"terminated": {"exitCode": 1, "reason": "Error", "message": message}}
+    cases = [
+        ([passed, _init("cuda-validation", {"waiting": {"reason": "CrashLoopBackOff"}}, gave_up)],
+         "cuda-validation exited 1: agent validator: cuda validation failed 3 times in a row, 5 s apart: no libcuda"),
+        ([passed, _init("cuda-validation", gave_up)],
+         "cuda-validation exited 1: agent validator: cuda validation failed 3 times in a row, 5 s apart: no libcuda"),
+        ([_init("toolkit-validation", {"terminated": {"exitCode": 2, "reason": "Error"}})],
+         "toolkit-validation exited 2: Error"),
+        ([passed, _init("cuda-validation", {"running": {}})], ""),  # still checking, never failed
+        ([passed, passed], ""),
+        ([], ""),
+    ]  # fmt: skip
+    for statuses, expected in cases:
+        pod = {"metadata": {"name": "v", "namespace": "gpu-operator"}, "spec": {},
+               "status": {"phase": "Pending", "initContainerStatuses": statuses}}  # fmt: skip
+        assert pod_view(pod).init_failure == expected, statuses

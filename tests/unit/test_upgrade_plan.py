@@ -216,6 +216,28 @@ def test_a_driver_changed_during_validation_restarts_at_once_still_cordoned() ->
     assert not step.failed
 
 
+def test_a_validator_check_that_gave_up_fails_the_node_before_the_timeout() -> None:
+    """The CUDA check exits after failing three times: a definite answer, not a wait of 600 s."""
+    drv = driver(sync=True, created=NOW - 60)
+    why = "cuda-validation exited 1: agent validator: cuda validation failed 3 times in a row, 5 s apart: no libcuda"
+    gave_up = pod("v", gpu=False, created=NOW - 30, phase="Pending", ready=False, init_failure=why)
+    n = node("a", m.VALIDATION, unschedulable=True, drv=drv, validators=[gave_up],
+             annotations={m.VALIDATION_START: str(int(NOW - 30))})  # fmt: skip
+    step = run([n], knobs()).step("a")
+    assert step is not None
+    assert step.failed
+    assert step.after == m.FAILED
+    assert step.annotations[m.FAILURE_REASON] == f"validator pod v failed on this driver: {why}"
+    # A validator of the driver before (older than the driver pod) says nothing about this one: restarted.
+    old = pod("v", gpu=False, created=NOW - 600, phase="Pending", ready=False, init_failure=why)
+    stale = node("a", m.VALIDATION, unschedulable=True, drv=drv, validators=[old],
+                 annotations={m.VALIDATION_START: str(int(NOW - 30))})  # fmt: skip
+    waiting = run([stale], knobs()).step("a")
+    assert waiting is not None
+    assert not waiting.failed
+    assert waiting.restart == ("work/v",)
+
+
 def test_validation_timeout_fails_the_node() -> None:
     n = node("a", m.VALIDATION, unschedulable=True, drv=driver(sync=True),
              annotations={m.VALIDATION_START: str(int(NOW - 601))})  # fmt: skip
@@ -363,16 +385,40 @@ def test_restart_threshold_is_a_knob() -> None:
         ({"sync": True, "ready": False}, False, m.FAILED, None),
     ],
 )
-def test_failed_nodes_recover_when_the_driver_is_healthy(
+def test_failed_nodes_recover_when_the_driver_is_healthy_and_validated(
     drv_kwargs: dict[str, object], admin: bool, expected: str, uncordon: bool | None
 ) -> None:
     notes = {m.FAILURE_REASON: "validation timed out", **({m.INITIAL_UNSCHEDULABLE: "true"} if admin else {})}
-    n = node("a", m.FAILED, unschedulable=True, drv=driver(**drv_kwargs), annotations=notes)  # type: ignore[arg-type]
+    validator = pod("v", gpu=False, created=NOW - 10)  # Running and Ready on this driver
+    n = node("a", m.FAILED, unschedulable=True, drv=driver(**drv_kwargs, created=NOW - 60),  # type: ignore[arg-type]
+             annotations=notes, validators=[validator])  # fmt: skip
     p = run([n], knobs())
     assert after(p, "a", default=m.FAILED) == expected
     step = p.step("a")
     assert step is not None
     assert step.unschedulable is uncordon
+
+
+def test_a_node_that_failed_validation_stays_failed_while_its_validator_fails() -> None:
+    """Its driver pod is Ready: that alone used to count as recovered, uncordoning a node whose validator
+    had just failed on this very driver."""
+    notes = {m.FAILURE_REASON: "validator pod v failed on this driver: cuda-validation exited 1"}
+    failing = pod("v", gpu=False, created=NOW - 10, phase="Pending", ready=False,
+                  init_failure="cuda-validation exited 1")  # fmt: skip
+    n = node("a", m.FAILED, unschedulable=True, drv=driver(sync=True, created=NOW - 60), annotations=notes,
+             validators=[failing])  # fmt: skip
+    step = run([n], knobs()).step("a")
+    assert after(run([n], knobs()), "a", default=m.FAILED) == m.FAILED
+    assert step is None or (step.unschedulable is None and not step.restart)
+    # A validator older than the ready driver pod is restarted to check it; without validation, Ready is enough.
+    stale = node("a", m.FAILED, unschedulable=True, drv=driver(sync=True, created=NOW - 60), annotations=notes,
+                 validators=[pod("v", gpu=False, created=NOW - 600)])  # fmt: skip
+    restarting = run([stale], knobs()).step("a")
+    assert restarting is not None
+    assert restarting.restart == ("work/v",)
+    assert after(run([stale], knobs()), "a", default=m.FAILED) == m.FAILED
+    unvalidated = node("a", m.FAILED, unschedulable=True, drv=driver(sync=True), annotations=notes)
+    assert after(run([unvalidated], knobs(validation=False)), "a", default=m.FAILED) == m.DONE
 
 
 def test_a_failed_node_whose_driver_changed_since_is_upgraded_again_still_cordoned() -> None:

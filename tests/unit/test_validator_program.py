@@ -147,6 +147,39 @@ def test_wait_mode_retries_a_failing_check_until_it_passes(tmp_path: Path, caplo
     assert (tmp_path / VALIDATIONS / "driver-ready").exists()
 
 
+def test_wait_mode_gives_up_on_a_cuda_check_that_fails_three_times(tmp_path: Path) -> None:
+    """The CUDA check runs after driver, toolkit and devices passed: three failures in a row are an answer."""
+    fake = FakeTime()
+    StatusDir(tmp_path / VALIDATIONS).write("toolkit-ready")
+    c = ctx(tmp_path, "cuda", wait=True, gpu=NullBackend(), SLEEP_INTERVAL_SECONDS="5")
+    with pytest.raises(ValidationError) as raised:
+        asyncio.run(Validator(c, clock=fake.clock, sleep=fake.sleep).run())
+    assert str(raised.value).startswith("cuda validation failed 3 times in a row, 5 s apart: CUDA workload failed: ")
+    assert fake.now == 10.0  # checked at 0, 5 and 10 s
+    assert program.CUDA_ATTEMPTS == 3
+    assert not (tmp_path / VALIDATIONS / "cuda-ready").exists()
+    # The other checks wait for what they check (a driver still installing, a plugin still registering).
+    fake = FakeTime()
+    fake.stop_at = 60.0
+    gpus = SimulatedBackend(profile=node_profile("dgx-h100"), seed=3, node_name="node-a")
+    gpus.set_present(False)
+    driver = ctx(tmp_path, "driver", wait=True, gpu=gpus, SLEEP_INTERVAL_SECONDS="5")
+    assert asyncio.run(Validator(driver, clock=fake.clock, sleep=fake.sleep).run()) is None
+    assert fake.now == 60.0
+
+
+def test_a_cuda_check_that_passes_after_two_failures_passes(tmp_path: Path) -> None:
+    fake = FakeTime()
+    StatusDir(tmp_path / VALIDATIONS).write("toolkit-ready")
+    gpus = SimulatedBackend(profile=node_profile("dgx-h100"), seed=3, node_name="node-a")
+    gpus.set_present(False)
+    fake.at[7.0] = lambda: gpus.set_present(True)
+    c = ctx(tmp_path, "cuda", wait=True, gpu=gpus, SLEEP_INTERVAL_SECONDS="5")
+    assert asyncio.run(Validator(c, clock=fake.clock, sleep=fake.sleep).run())
+    assert fake.now == 10.0
+    assert (tmp_path / VALIDATIONS / "cuda-ready").exists()
+
+
 def test_stopping_while_waiting_writes_nothing(tmp_path: Path) -> None:
     c = ctx(tmp_path, "plugin", wait=True)
     c.stop_after = 3

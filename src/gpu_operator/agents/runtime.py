@@ -19,6 +19,11 @@ from typing import Protocol
 from gpu_operator.gpu.backend import GpuBackend
 
 
+class AgentFailedError(Exception):
+    """An agent's run ended in a failure its one-line message says (a check that gave up): the container
+    exits 1 with the message as its termination message, where the kubelet and the operator read it."""
+
+
 class NodeAccess(Protocol):
     """The agent's own Node object (labels only: that is all agents read or write)."""
 

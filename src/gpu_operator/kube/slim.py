@@ -18,6 +18,8 @@ from typing import Any
 
 JSON = dict[str, Any]
 
+#: The most of a container's termination message kept (``names.pods.init_failure`` shows 300 characters).
+MESSAGE_LIMIT = 512
 _META = ("name", "namespace", "uid", "labels", "annotations", "creationTimestamp", "deletionTimestamp")
 
 
@@ -72,11 +74,30 @@ def slim_node(node: JSON) -> JSON:
     }
 
 
+def _terminated(state: JSON | None) -> JSON | None:
+    """A terminated state's exit code, and why when it failed (the message bounded: a kubelet keeps 4 KiB)."""
+    done = (state or {}).get("terminated")
+    if not done:
+        return None
+    out = _pick(done, ("exitCode",))
+    if done.get("exitCode") != 0:
+        out.update(_pick(done, ("reason",)))
+        if done.get("message"):
+            out["message"] = str(done["message"])[:MESSAGE_LIMIT]
+    return out
+
+
 def _container_status(c: JSON) -> JSON:
     waiting = ((c.get("state") or {}).get("waiting") or {}).get("reason")
     out = _pick(c, ("name", "ready", "restartCount"))
     if waiting:
         out["state"] = {"waiting": {"reason": waiting}}
+    # How a container ended (an init container's check that gave up: ``names.pods.init_failure``).
+    if (ended := _terminated(c.get("state"))) is not None:
+        out["state"] = {"terminated": ended}
+    last = _terminated(c.get("lastState"))
+    if last is not None and last.get("exitCode") != 0:
+        out["lastState"] = {"terminated": last}
     return out
 
 

@@ -36,6 +36,9 @@ class PodView:
     ready: bool = True
     created: float = 0.0  # unix seconds
     uid: str = ""
+    # How an init container that is not done last failed ("cuda-validation exited 1: <its message>"; "" for
+    # none): a validator's check that gave up, which the kubelet runs again after a back-off.
+    init_failure: str = ""
 
     @property
     def key(self) -> str:
@@ -78,7 +81,25 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         ready=is_ready(pod),
         created=_seconds(meta.get("creationTimestamp")),
         uid=str(meta.get("uid", "")),
+        init_failure=init_failure(pod.get("status") or {}),
     )
+
+
+def init_failure(status: Mapping[str, Any]) -> str:
+    """How the first init container that has not succeeded last exited with an error ("" if none did)."""
+    for container in status.get("initContainerStatuses") or []:
+        state = container.get("state") or {}
+        done = state.get("terminated") or {}
+        if done.get("exitCode") == 0:
+            continue
+        ended = done or (container.get("lastState") or {}).get("terminated") or {}
+        code = ended.get("exitCode")
+        if code in (None, 0):
+            return ""  # the first one not done is running or waiting, and never failed
+        # One line, bounded: it becomes the node's failure annotation and the policy's status.
+        why = " ".join(str(ended.get("message") or ended.get("reason") or "").split())[:300]
+        return f"{container.get('name', '')} exited {code}" + (f": {why}" if why else "")
+    return ""
 
 
 def refusal(pod: PodView, *, force: bool, empty_dir: bool, force_hint: str, empty_dir_hint: str) -> str | None:

@@ -3,7 +3,8 @@
 One pass reads the driver DaemonSets, their ControllerRevisions and pods (one list each, by the
 driver label) and the Nodes (in the operator, all from its informers); the PodDisruptionBudgets and
 the pods on a node only while some node is between cordon and driver restart (never every pod of a
-large cluster), and validator pods only for nodes waiting on validation. The driver pods are split
+large cluster), and validator pods only for nodes waiting on validation or failed (a failed node recovers
+once its validator passes). The driver pods are split
 into partitions: the ClusterPolicy's DaemonSets, and one per NVIDIADriver (pod label
 ``nvidia.com/gpu-operator.driver``), each planned with its own policy. Which pods are the driver's and
 which keys its nodes carry is the :class:`~gpu_operator.upgrade.drivers.DriverSource`'s business: the
@@ -45,7 +46,7 @@ VALIDATOR_SELECTOR = GPU_VALIDATOR_SELECTOR
 GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 #: States whose planning needs the pods on the node (eviction, drain, jobs).
 PODS_NEEDED = frozenset({m.CORDON, m.WAIT_FOR_JOBS, m.POD_DELETION, m.DRAIN})
-VALIDATORS_NEEDED = frozenset({m.POD_RESTART, m.VALIDATION})
+VALIDATORS_NEEDED = frozenset({m.POD_RESTART, m.VALIDATION, m.FAILED})
 ALL = "*"  # every namespace (lightkube lists the default namespace when given none)
 
 

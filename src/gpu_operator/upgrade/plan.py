@@ -330,6 +330,12 @@ def _validation(work: Work, _slots: list[int]) -> bool:
     if fresh and all(v.phase == "Running" and v.ready for v in fresh):
         work.leave_maintenance("validation passed")
         return True
+    gave_up = next((v for v in fresh if v.init_failure), None)
+    if gave_up is not None:
+        # A check that gave up on this driver (the CUDA check exits after failing three times in a row): a
+        # definite answer, so the node fails now rather than at the validation timeout, and a canary halts.
+        work.fail(f"validator pod {gave_up.name} failed on this driver: {gave_up.init_failure}")
+        return False
     if work.timed_out(work.keys.validation_start, work.knobs.validation_timeout):
         work.fail(f"validation did not pass within {work.knobs.validation_timeout:g} s")
         return False
@@ -358,9 +364,13 @@ def _uncordon(work: Work, _slots: list[int]) -> bool:
 def _failed(work: Work, _slots: list[int]) -> bool:
     driver = work.node.driver
     if driver is not None and driver.in_sync and not driver.orphan and driver.running and driver.ready:
-        work.annotate(work.keys.failure, None)
-        work.leave_maintenance(f"driver pod {driver.name} is ready again: recovered")
-        return True
+        if _validated(work, born=driver.created):
+            work.annotate(work.keys.failure, None)
+            work.leave_maintenance(f"driver pod {driver.name} is ready again: recovered")
+            return True
+        failure = work.node.annotations.get(work.keys.failure, "upgrade failed")
+        work.wait(f"{failure}; recovers once the validator passes on driver pod {driver.name}")
+        return False
     if driver is not None and not driver.in_sync and not driver.orphan and not driver.terminating and _new_pod(work):
         # The new driver failed and the driver changed since (a fixed spec.driver, or a canary rollout rolling
         # back): the node, still cordoned, upgrades again to it. Its slot was never given back. A canary
@@ -375,6 +385,19 @@ def _failed(work: Work, _slots: list[int]) -> bool:
         return True
     work.wait(work.node.annotations.get(work.keys.failure, "upgrade failed"))
     return False
+
+
+def _validated(work: Work, *, born: float) -> bool:
+    """Whether a failed node's ready driver also passed validation (always, without a validator): a node
+    that failed validation stays failed while its validator fails, not only until its driver pod is Ready
+    again. A validator older than the driver pod is restarted so that it checks this driver."""
+    if not work.knobs.validation:
+        return True
+    if not work.node.validators_known:
+        return False
+    work.restart.extend(v.key for v in work.node.validators if v.created < born and not v.terminating)
+    fresh = [v for v in work.node.validators if v.created >= born and not v.terminating]
+    return bool(fresh) and all(v.phase == "Running" and v.ready for v in fresh)
 
 
 def _new_pod(work: Work) -> bool:

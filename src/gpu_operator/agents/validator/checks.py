@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpu_operator.agents.runtime import AgentContext
+from gpu_operator.agents.runtime import AgentContext, AgentFailedError
 from gpu_operator.agents.shared.allocatable import (
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
@@ -24,7 +24,7 @@ from gpu_operator.agents.validator.toolkit import ToolkitError, check_toolkit
 from gpu_operator.gpu.backend import GpuBackend, GpuError, GpuNotFoundError
 
 
-class ValidationError(Exception):
+class ValidationError(AgentFailedError):
     """A component's check failed; the message says what is missing."""
 
 

@@ -6,6 +6,13 @@ Environment (upstream's names): ``COMPONENT`` (driver, toolkit, cuda, plugin), `
 (``/run/nvidia/validations``, on the node's host root), ``DRIVER_INSTALL_DIR`` and
 ``DRIVER_INSTALL_DIR_CTR_PATH`` (``/run/nvidia/driver``: where a driver container puts the driver).
 
+In wait mode every check is retried until it passes, except the CUDA check: it runs once its driver,
+toolkit and devices were checked, so a CUDA workload that fails ``CUDA_ATTEMPTS`` times in a row (10 s
+at the default interval) is an answer, not a wait. The component then exits 1 with the last failure as
+its termination message, as NVIDIA's validator exits (it does not wait for CUDA); the kubelet runs it
+again after a back-off, and the upgrade controller fails a node being validated at once instead of at
+its validation timeout (a canary rollout halts with it).
+
 The chain: driver (after ``.driver-ctr-ready`` when a driver container is used) -> toolkit (after
 ``driver-ready``) -> cuda and plugin (after ``toolkit-ready``). A component first removes its own
 file, so a stale file never vouches for a changed node, and writes it only when its check passed.
@@ -47,6 +54,8 @@ from gpu_operator.api.envtext import env_duration
 
 log = logging.getLogger(__name__)
 FILE_POLL_SECONDS = 0.2
+#: Failed CUDA checks in a row after which the CUDA validation gives up (exit 1) in wait mode.
+CUDA_ATTEMPTS = 3
 DEFAULT_DRIVER_DIR = "/run/nvidia/driver"
 _TOOLKIT_WHY = "the toolkit validation writes it once the runtime config and CDI spec are valid"
 
@@ -152,15 +161,25 @@ class Validator:
             except ValidationError as exc:
                 raise ValidationError(f"{self.component} validation failed: {exc}") from None
         result: list[str] = []
+        failures: list[str] = []
+        limit = CUDA_ATTEMPTS if self.component == "cuda" else None
 
         async def attempt() -> str | None:
             try:
                 result.append(await run_check())
             except ValidationError as exc:
+                failures.append(str(exc))
+                if limit is not None and len(failures) >= limit:
+                    return None  # ends the wait: given up, raised below
                 return str(exc)
             return None
 
         passed = await self._wait(attempt, what=f"{self.name}: the check to pass", poll=self.retry)
+        if passed and not result:
+            raise ValidationError(
+                f"{self.component} validation failed {len(failures)} times in a row, {self.retry:g} s apart: "
+                f"{failures[-1]}"
+            )
         return result[-1] if passed else None
 
     async def _wait(self, check: Callable[[], Awaitable[str | None]], *, what: str, poll: float) -> bool:
