@@ -387,7 +387,7 @@ def test_a_driver_that_fails_on_its_canary_rolls_back_and_the_other_node_never_c
     # Halted by the validator's answer on the canary, not by the stage's timeout.
     assert rollout["reason"].startswith(f"canary {canary}: validator pod nvidia-operator-validator-"), rollout["reason"]
     assert (
-        "failed on this driver: cuda-validation exited 1: agent validator: cuda validation failed 3 times"
+        "failed on this driver: cuda-validation exited 1: agent validator: cuda validation failed "
         in (rollout["reason"])
     )
     after = {n: (p["metadata"]["uid"], p["spec"]["containers"][0]["image"]) for n, p in _driver_pods(kube).items()}

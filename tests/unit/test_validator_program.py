@@ -140,23 +140,27 @@ def test_wait_mode_retries_a_failing_check_until_it_passes(tmp_path: Path, caplo
     with caplog.at_level(logging.INFO):
         summary = asyncio.run(Validator(c, clock=fake.clock, sleep=fake.sleep).run())
     assert summary == "driver 550.54.15, 8 GPU(s): NVIDIA H100 80GB HBM3"
-    assert fake.now == 15.0  # retried every 5 s
+    assert fake.now == 12.5  # retried after 0.5, 1, 2, 4 and 5 s: at 0.5, 1.5, 3.5, 7.5 and 12.5 s
     waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("waiting for")]
-    assert len(waits) == 2  # at 0 and 10 s
+    assert len(waits) == 1  # at 0 s; the next would have come at the first failure 10 s later
     assert "no NVIDIA driver: NVIDIA driver not loaded on simulated node node-a" in waits[0]
     assert (tmp_path / VALIDATIONS / "driver-ready").exists()
 
 
 def test_wait_mode_gives_up_on_a_cuda_check_that_fails_three_times(tmp_path: Path) -> None:
-    """The CUDA check runs after driver, toolkit and devices passed: three failures in a row are an answer."""
+    """The CUDA check runs after driver, toolkit and devices passed: failing for two intervals is an answer."""
     fake = FakeTime()
     StatusDir(tmp_path / VALIDATIONS).write("toolkit-ready")
     c = ctx(tmp_path, "cuda", wait=True, gpu=NullBackend(), SLEEP_INTERVAL_SECONDS="5")
     with pytest.raises(ValidationError) as raised:
         asyncio.run(Validator(c, clock=fake.clock, sleep=fake.sleep).run())
-    assert str(raised.value).startswith("cuda validation failed 3 times in a row, 5 s apart: CUDA workload failed: ")
-    assert fake.now == 10.0  # checked at 0, 5 and 10 s
-    assert program.CUDA_ATTEMPTS == 3
+    assert str(raised.value).startswith("cuda validation failed 6 times in a row over 12.5 s: CUDA workload failed: ")
+    assert fake.now == 12.5  # checked at 0, 0.5, 1.5, 3.5, 7.5 and 12.5 s: the first at least 10 s after the first
+    # A short interval: at least three checks all the same.
+    fake = FakeTime()
+    quick = ctx(tmp_path, "cuda", wait=True, gpu=NullBackend(), SLEEP_INTERVAL_SECONDS="0.1")
+    with pytest.raises(ValidationError, match=r"failed 3 times in a row over 0\.2 s"):
+        asyncio.run(Validator(quick, clock=fake.clock, sleep=fake.sleep).run())
     assert not (tmp_path / VALIDATIONS / "cuda-ready").exists()
     # The other checks wait for what they check (a driver still installing, a plugin still registering).
     fake = FakeTime()
@@ -165,10 +169,10 @@ def test_wait_mode_gives_up_on_a_cuda_check_that_fails_three_times(tmp_path: Pat
     gpus.set_present(False)
     driver = ctx(tmp_path, "driver", wait=True, gpu=gpus, SLEEP_INTERVAL_SECONDS="5")
     assert asyncio.run(Validator(driver, clock=fake.clock, sleep=fake.sleep).run()) is None
-    assert fake.now == 60.0
+    assert fake.now == 62.5  # still retrying (every 5 s) when stopped
 
 
-def test_a_cuda_check_that_passes_after_two_failures_passes(tmp_path: Path) -> None:
+def test_a_cuda_check_that_passes_within_two_intervals_passes(tmp_path: Path) -> None:
     fake = FakeTime()
     StatusDir(tmp_path / VALIDATIONS).write("toolkit-ready")
     gpus = SimulatedBackend(profile=node_profile("dgx-h100"), seed=3, node_name="node-a")
@@ -176,7 +180,7 @@ def test_a_cuda_check_that_passes_after_two_failures_passes(tmp_path: Path) -> N
     fake.at[7.0] = lambda: gpus.set_present(True)
     c = ctx(tmp_path, "cuda", wait=True, gpu=gpus, SLEEP_INTERVAL_SECONDS="5")
     assert asyncio.run(Validator(c, clock=fake.clock, sleep=fake.sleep).run())
-    assert fake.now == 10.0
+    assert fake.now == 7.5  # four failures, but within 10 s: still waiting
     assert (tmp_path / VALIDATIONS / "cuda-ready").exists()
 
 

@@ -106,13 +106,18 @@ async def wait_until(
     clock: Clock,
     log: logging.Logger,
     log_every: float = LOG_EVERY_SECONDS,
+    first_poll: float | None = None,
 ) -> bool:
-    """Poll ``check`` every ``poll`` s until it passes (True) or ``sleep`` reports stopping (False).
+    """Poll ``check`` every ``poll`` s until it passes (True) or ``sleep`` reports stopping (False). With
+    ``first_poll`` the first retry comes after that long and each next one after twice the last, up to
+    ``poll``: a check that fails only while its subject settles (a plugin registering again after a
+    driver restart) passes within a second of it, not at the next 5 s tick.
 
     A check that raises (the API server unreachable while reading the Node) has not passed yet: it is
     logged and polled again, so a transient failure does not fail the validation."""
     began = clock()
     logged: float | None = None
+    delay = poll if first_poll is None else min(first_poll, poll)
     while True:
         tried = await attempt(check, name=waiting_for)
         reason = tried.value if tried.error is None else f"the check failed ({error_kind(tried.error)}): {tried.error}"
@@ -124,5 +129,6 @@ async def wait_until(
         if logged is None or now - logged >= log_every:
             log.info("waiting for %s (%.0f s so far): %s", waiting_for, now - began, reason)
             logged = now
-        if await sleep(poll):
+        if await sleep(delay):
             return False
+        delay = min(delay * 2, poll)

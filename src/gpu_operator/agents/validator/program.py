@@ -2,13 +2,15 @@
 
 Environment (upstream's names): ``COMPONENT`` (driver, toolkit, cuda, plugin), ``WITH_WAIT``
 (true: wait for the prerequisite and retry the check until it passes; false: fail at once),
-``SLEEP_INTERVAL_SECONDS`` (5: between retries of a failing check), ``OUTPUT_DIR``
+``SLEEP_INTERVAL_SECONDS`` (5: the longest wait between retries of a failing check, which are retried
+after 0.5 s first and twice as long each time up to it), ``OUTPUT_DIR``
 (``/run/nvidia/validations``, on the node's host root), ``DRIVER_INSTALL_DIR`` and
 ``DRIVER_INSTALL_DIR_CTR_PATH`` (``/run/nvidia/driver``: where a driver container puts the driver).
 
 In wait mode every check is retried until it passes, except the CUDA check: it runs once its driver,
-toolkit and devices were checked, so a CUDA workload that fails ``CUDA_ATTEMPTS`` times in a row (10 s
-at the default interval) is an answer, not a wait. The component then exits 1 with the last failure as
+toolkit and devices were checked, so a CUDA workload that keeps failing for two intervals (at least
+``CUDA_ATTEMPTS`` checks, 10 s at the default interval) is an answer, not a wait. The component then
+exits 1 with the last failure as
 its termination message, as NVIDIA's validator exits (it does not wait for CUDA); the kubelet runs it
 again after a back-off, and the upgrade controller fails a node being validated at once instead of at
 its validation timeout (a canary rollout halts with it).
@@ -54,8 +56,12 @@ from gpu_operator.api.envtext import env_duration
 
 log = logging.getLogger(__name__)
 FILE_POLL_SECONDS = 0.2
-#: Failed CUDA checks in a row after which the CUDA validation gives up (exit 1) in wait mode.
+#: The first retry of a failing check (then doubling up to SLEEP_INTERVAL_SECONDS).
+FIRST_RETRY_SECONDS = 0.5
+#: The CUDA validation gives up (exit 1, in wait mode) after this many failed checks in a row that span
+#: at least CUDA_GIVE_UP_INTERVALS retry intervals.
 CUDA_ATTEMPTS = 3
+CUDA_GIVE_UP_INTERVALS = 2
 DEFAULT_DRIVER_DIR = "/run/nvidia/driver"
 _TOOLKIT_WHY = "the toolkit validation writes it once the runtime config and CDI spec are valid"
 
@@ -162,28 +168,38 @@ class Validator:
                 raise ValidationError(f"{self.component} validation failed: {exc}") from None
         result: list[str] = []
         failures: list[str] = []
-        limit = CUDA_ATTEMPTS if self.component == "cuda" else None
+        first_failure: list[float] = []
+        gives_up = self.component == "cuda"
 
         async def attempt() -> str | None:
             try:
                 result.append(await run_check())
             except ValidationError as exc:
                 failures.append(str(exc))
-                if limit is not None and len(failures) >= limit:
+                first_failure[:] = first_failure or [self.clock()]
+                if gives_up and len(failures) >= CUDA_ATTEMPTS and self._failed_for(first_failure[0]):
                     return None  # ends the wait: given up, raised below
                 return str(exc)
             return None
 
-        passed = await self._wait(attempt, what=f"{self.name}: the check to pass", poll=self.retry)
+        what = f"{self.name}: the check to pass"
+        passed = await self._wait(attempt, what=what, poll=self.retry, first_poll=FIRST_RETRY_SECONDS)
         if passed and not result:
             raise ValidationError(
-                f"{self.component} validation failed {len(failures)} times in a row, {self.retry:g} s apart: "
-                f"{failures[-1]}"
+                f"{self.component} validation failed {len(failures)} times in a row over "
+                f"{self.clock() - first_failure[0]:.1f} s: {failures[-1]}"
             )
         return result[-1] if passed else None
 
-    async def _wait(self, check: Callable[[], Awaitable[str | None]], *, what: str, poll: float) -> bool:
-        return await wait_until(check, waiting_for=what, poll=poll, sleep=self.sleep, clock=self.clock, log=self.log)
+    def _failed_for(self, since: float) -> bool:
+        return self.clock() - since >= CUDA_GIVE_UP_INTERVALS * self.retry
+
+    async def _wait(
+        self, check: Callable[[], Awaitable[str | None]], *, what: str, poll: float, first_poll: float | None = None
+    ) -> bool:
+        return await wait_until(
+            check, waiting_for=what, poll=poll, sleep=self.sleep, clock=self.clock, log=self.log, first_poll=first_poll
+        )
 
 
 async def main(ctx: AgentContext) -> None:
