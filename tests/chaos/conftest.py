@@ -101,9 +101,9 @@ def nodes(chaos_sim: Simulator) -> Iterator[Callable[[int], list[str]]]:
 def operators(chaos_cluster: LocalCluster, client: Client, namespace: str, tmp_path: Path) -> Iterator[OperatorFactory]:
     started: list[OperatorProcess] = []
 
-    def make(*, name: str = "operator", kubeconfig: Path | None = None) -> OperatorProcess:
+    def make(*, name: str = "operator", kubeconfig: Path | None = None, args: tuple[str, ...] = ()) -> OperatorProcess:
         process = OperatorProcess(kubeconfig=kubeconfig or chaos_cluster.kubeconfig_path, namespace=namespace,
-                                  log_dir=tmp_path, name=name)  # fmt: skip
+                                  log_dir=tmp_path, name=name, args=args)  # fmt: skip
         started.append(process.start())
         return process
 

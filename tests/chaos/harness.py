@@ -110,8 +110,11 @@ def free_port() -> int:
 class OperatorProcess:
     """``gpu-operator operator`` in a process of its own: started, SIGKILLed, paused and resumed for real."""
 
-    def __init__(self, *, kubeconfig: Path, namespace: str, log_dir: Path, name: str = "operator") -> None:
+    def __init__(
+        self, *, kubeconfig: Path, namespace: str, log_dir: Path, name: str = "operator", args: tuple[str, ...] = ()
+    ) -> None:
         self.kubeconfig, self.namespace, self.log_dir, self.name = kubeconfig, namespace, log_dir, name
+        self.args = args  # more flags of `gpu-operator operator`
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.health_port = 0
@@ -121,7 +124,7 @@ class OperatorProcess:
         self.health_port = free_port()
         command = [str(Path(sys.executable).parent / "gpu-operator"), "operator", "--namespace", self.namespace]
         command += ["--metrics-bind-address", f"127.0.0.1:{free_port()}"]
-        command += ["--health-probe-bind-address", f"127.0.0.1:{self.health_port}"]
+        command += ["--health-probe-bind-address", f"127.0.0.1:{self.health_port}", *self.args]
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         log = (self.log_dir / f"{self.name}-{self.starts}.log").open("wb")
         self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)

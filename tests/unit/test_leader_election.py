@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import gpu_operator.runtime.leader as leader_module
-from gpu_operator.runtime.leader import LEASE_NAME, LEASE_SECONDS, RENEW_DEADLINE, LeaderElection
+from gpu_operator.runtime.leader import LEASE_NAME, LEASE_SECONDS, RENEW_DEADLINE, LeaderElection, LeaseTiming
 
 JSON = dict[str, Any]
 NAMESPACE = "gpu-operator"
@@ -223,3 +223,38 @@ def test_a_lease_request_that_hangs_is_abandoned(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(TimeoutError):
         asyncio.run(election.step())
     assert not election.held
+
+
+def test_upstreams_renew_deadline_sets_the_lease_its_renewals_and_a_standbys_tries() -> None:
+    """--leader-lease-renew-deadline: the Lease lasts the deadline and 5 s more, as upstream's manager."""
+    default = LeaseTiming()
+    assert (default.duration, default.renew, default.retry, default.deadline) == (15, 5.0, 2.0, RENEW_DEADLINE)
+    ten = LeaseTiming.from_renew_deadline(10.0)
+    assert (ten.duration, ten.renew, ten.retry, ten.deadline) == (15, 5.0, 2.0, 10.0)
+    short = LeaseTiming.from_renew_deadline(1.5)
+    assert (short.duration, short.renew, short.retry, short.deadline) == (7, 0.75, 0.75, 1.5)
+    with pytest.raises(ValueError, match="more than 0"):
+        LeaseTiming.from_renew_deadline(0)
+
+
+def test_a_short_lease_is_written_renewed_and_given_up_on_its_own_times() -> None:
+    leases = FailingLeases()
+    clock = [100.0]
+    timing = LeaseTiming.from_renew_deadline(2.0)
+    election = LeaderElection(store=leases, namespace=NAMESPACE, identity="me", monotonic=lambda: clock[0],
+                              timing=timing)  # fmt: skip
+    assert asyncio.run(election.step()).after == 1.0  # renewed twice within the deadline
+    assert leases.lease is not None
+    assert leases.lease["spec"]["leaseDurationSeconds"] == 7
+    leases.broken = True
+    clock[0] += 1.9
+    with pytest.raises(ConnectionError):
+        asyncio.run(election.step())
+    assert election.held  # within the 2 s deadline
+    clock[0] += 0.2
+    with pytest.raises(ConnectionError):
+        asyncio.run(election.step())
+    assert not election.held  # past it: another replica may take the Lease 5 s later, so stop now
+    standby = LeaderElection(store=leases, namespace=NAMESPACE, identity="other", timing=timing)
+    leases.broken = False
+    assert asyncio.run(standby.step()).after == 1.0  # a standby tries at the short pace too

@@ -1,7 +1,8 @@
 """``gpu-operator operator``: run the operator (what the Helm chart's Deployment executes).
 
 ``OPERATOR_NAMESPACE`` is mandatory, as upstream; the API is reached in-cluster or through
-``KUBECONFIG``. Flags follow upstream's (metrics :8080, probes :8081, leader election).
+``KUBECONFIG``. Flags follow upstream's (metrics :8080, probes :8081, leader election and its
+``--leader-lease-renew-deadline``).
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from typing import Protocol
 
 import click
 
+from gpu_operator.api.envtext import env_duration
+from gpu_operator.api.jsontext import ConfigRefusedError
 from gpu_operator.cli.logs import quiet_http_logs
 from gpu_operator.kube.typed import AsyncClient
 from gpu_operator.reconcile.clusterpolicy import Outcome
 from gpu_operator.reconcile.endpoints import OperatorMetrics, Renders, serve
 from gpu_operator.reconcile.operator import Operator
 from gpu_operator.render import OperatorSettings
+from gpu_operator.runtime.leader import MAX_RENEW_DEADLINE, LeaseTiming
 
 
 class Process(Protocol):
@@ -71,20 +75,38 @@ def run_process(
     asyncio.run(run())
 
 
+def _renew_deadline(_ctx: click.Context, param: click.Parameter, value: str) -> LeaseTiming:
+    if not value:
+        return LeaseTiming()
+    flag = f"--{(param.name or '').replace('_', '-')}"
+    try:
+        seconds = env_duration({flag: value}, flag, default=0.0, minimum=0.001, maximum=MAX_RENEW_DEADLINE,
+                               bare_seconds=False)  # fmt: skip
+    except ConfigRefusedError as error:
+        raise click.BadParameter(str(error)) from error
+    return LeaseTiming.from_renew_deadline(seconds or 0.0)
+
+
 @click.command("operator")
 @click.option("--namespace", envvar="OPERATOR_NAMESPACE", required=True, help="The operator namespace.")
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True, help="Lease-based election.")
 @click.option("--metrics-bind-address", default=":8080", show_default=True, help="host:port of /metrics.")
 @click.option("--health-probe-bind-address", default=":8081", show_default=True, help="host:port of the probes.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option(
+    "--leader-lease-renew-deadline", default="", callback=_renew_deadline, metavar="DURATION",
+    help="Upstream's flag: a leader that could not renew its Lease this long (a Go duration, e.g. 10s) stops "
+    "acting; the Lease lasts 5 s longer. Unset: a 15 s Lease renewed every 5 s.",
+)  # fmt: skip
 def operator_command(
-    namespace: str, leader_elect: bool, metrics_bind_address: str, health_probe_bind_address: str, log_level: str
-) -> None:
+    *, namespace: str, leader_elect: bool, metrics_bind_address: str, health_probe_bind_address: str, log_level: str,
+    leader_lease_renew_deadline: LeaseTiming,
+) -> None:  # fmt: skip
     """Reconcile ClusterPolicies into operands until SIGTERM."""
 
     def build(client: AsyncClient, ready: asyncio.Event) -> tuple[Process, Renders]:
         op = Operator(client=client, namespace=namespace, settings=OperatorSettings.from_env(os.environ),
-                      pod=pod_from_env())  # fmt: skip
+                      pod=pod_from_env(), lease_timing=leader_lease_renew_deadline)  # fmt: skip
         metrics = OperatorMetrics(loops=op.metric_lines)
 
         async def observed(outcome: Outcome) -> None:

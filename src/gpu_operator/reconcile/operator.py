@@ -38,9 +38,9 @@ from gpu_operator.runtime.backoff import Backoff
 from gpu_operator.runtime.leader import (
     LEASE_NAME,
     LEASE_SECONDS,
-    RENEW_SECONDS,
     RETRY_SECONDS,
     LeaderElection,
+    LeaseTiming,
 )
 from gpu_operator.runtime.loop import Loop, LoopStats, Result
 from gpu_operator.runtime.supervisor import Supervisor
@@ -92,6 +92,7 @@ class Operator:
     pod: tuple[str, str] | None = None  # (name, uid) of the operator's pod, when it runs in one
     backoff_seconds: tuple[float, float] = (0.1, 3.0)  # first and longest retry delay after a failed pass
     informer_retry_seconds: float = INFORMER_RETRY_SECONDS  # first delay before a cache lists again
+    lease_timing: LeaseTiming = field(default_factory=LeaseTiming)  # --leader-lease-renew-deadline
     supervisor: Supervisor | None = None  # while running
     reconcile_stats: LoopStats = field(default_factory=LoopStats)
     upgrade_stats: LoopStats = field(default_factory=LoopStats)
@@ -137,16 +138,17 @@ class Operator:
         self.supervisor = supervisor
         reconcile = Loop(
             name=RECONCILE, work=self._reconcile, idle=IDLE_RESYNC, coalesce=COALESCE, pace=RECONCILE_PACE,
-            gate_poll=RENEW_SECONDS, backoff=self._backoff(), stats=self.reconcile_stats,
+            gate_poll=self.lease_timing.renew, backoff=self._backoff(), stats=self.reconcile_stats,
         )  # fmt: skip
         upgrade = Loop(
             name=UPGRADE, work=self._upgrade, idle=IDLE_RESYNC, coalesce=UPGRADE_COALESCE, pace=UPGRADE_PACE,
-            gate_poll=RENEW_SECONDS, backoff=self._backoff(), stats=self.upgrade_stats,
+            gate_poll=self.lease_timing.renew, backoff=self._backoff(), stats=self.upgrade_stats,
         )  # fmt: skip
 
         remediation = Loop(
             name=REMEDIATION, work=self._remediate, idle=IDLE_RESYNC, coalesce=REMEDIATION_COALESCE,
-            pace=REMEDIATION_PACE, gate_poll=RENEW_SECONDS, backoff=self._backoff(), stats=self.remediation_stats,
+            pace=REMEDIATION_PACE, gate_poll=self.lease_timing.renew, backoff=self._backoff(),
+            stats=self.remediation_stats,
         )  # fmt: skip
 
         def wake_all() -> None:
@@ -161,7 +163,8 @@ class Operator:
         self._events = next(i for i in informers if i.kind == "Event")
         kube = Kube(self.client, informers=informers)
         self.kube = kube
-        election = LeaderElection(store=kube, namespace=self.namespace, owner_pod=self.pod, on_elected=wake_all)
+        election = LeaderElection(store=kube, namespace=self.namespace, owner_pod=self.pod, on_elected=wake_all,
+                                  timing=self.lease_timing)  # fmt: skip
         for informer in informers:
             informer.retry_seconds = self.informer_retry_seconds
         try:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from gpu_operator.kube.informer import Informer, wait_synced
 from gpu_operator.runtime.backoff import Backoff
-from gpu_operator.runtime.leader import RETRY_SECONDS, LeaderElection
+from gpu_operator.runtime.leader import LeaderElection
 from gpu_operator.runtime.loop import Loop
 from gpu_operator.runtime.supervisor import Supervisor
 
@@ -40,7 +40,7 @@ async def run_operator(
                 loop.gate, loop.fresh = election.leading, election.fresh
             # A failed Lease write is retried at the standby's pace at most (controller-runtime's retry
             # period), so leadership comes back within 2 s of the API server.
-            lease_backoff = Backoff(initial=backoff.initial, ceiling=min(backoff.ceiling, RETRY_SECONDS))
+            lease_backoff = Backoff(initial=backoff.initial, ceiling=min(backoff.ceiling, election.timing.retry))
             supervisor.run_loop(Loop(name=LEASE, work=election.step, backoff=lease_backoff))
         for loop in loops:
             supervisor.run_loop(loop)

@@ -1,7 +1,9 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease, with injectable clocks.
 
 Upstream's Lease name (``53822513.nvidia.com``), 15 s duration, renewed every 5 s. A standby tries
-every 2 s, so a crashed leader is replaced within 17 s (controller-runtime's figure). The Lease is
+every 2 s, so a crashed leader is replaced within 17 s (controller-runtime's figure). Upstream's
+``--leader-lease-renew-deadline`` sets all of it at once (:meth:`LeaseTiming.from_renew_deadline`): the
+Lease lasts the deadline and 5 s more, and is renewed and tried for often enough to keep it. The Lease is
 read and written through :class:`LeaseStore`, which the ``kube`` layer implements, so this module and
 its tests need no API client. Each Lease request gets ``REQUEST_SECONDS``: one held by an API server whose
 etcd is away must not wait out a 5 s client timeout. A failed renewal is retried at once while the Lease
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import math
 import os
 import socket
 import time
@@ -34,8 +37,11 @@ RETRY_SECONDS = 2.0
 #: How long after its last renewal began a leader still acts: the Lease's duration less a standby's retry,
 #: so a process that was paused (SIGSTOP, a frozen VM) stops working before anyone else may start.
 RENEW_DEADLINE = LEASE_SECONDS - RETRY_SECONDS
-#: The most one Lease read or write may take before it is abandoned and tried again.
+#: The most one Lease read or write may take before it is abandoned and tried again (the standby's retry).
 REQUEST_SECONDS = RETRY_SECONDS
+#: The longest ``--leader-lease-renew-deadline`` taken: a leader that may act an hour after its last renewal
+#: leaves the cluster without an operator for that long when its node goes.
+MAX_RENEW_DEADLINE = 3600.0
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
@@ -55,6 +61,27 @@ def _micro(moment: dt.datetime) -> str:
 
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseTiming:
+    """How long the Lease lasts, how often its holder renews it and a standby tries for it."""
+
+    duration: int = LEASE_SECONDS
+    renew: float = RENEW_SECONDS
+    retry: float = RETRY_SECONDS
+    #: How long after its last renewal began a leader still acts (``RENEW_DEADLINE`` by default).
+    deadline: float = RENEW_DEADLINE
+
+    @classmethod
+    def from_renew_deadline(cls, seconds: float) -> LeaseTiming:
+        """Upstream's flag: a leader that could not renew for ``seconds`` stops acting; the Lease lasts 5 s
+        longer (what controller-runtime's manager is given there), so nobody else may act before it stops.
+        Renewals and a standby's tries come at least twice within the deadline."""
+        if not 0 < seconds <= MAX_RENEW_DEADLINE:
+            raise ValueError(f"the renew deadline must be more than 0 and at most {MAX_RENEW_DEADLINE:g} s")
+        return cls(duration=math.ceil(seconds + 5), renew=min(RENEW_SECONDS, seconds / 2),
+                   retry=min(RETRY_SECONDS, seconds / 2), deadline=seconds)  # fmt: skip
 
 
 def default_identity() -> str:
@@ -79,6 +106,7 @@ class LeaderElection:
     renewed_at: float = 0.0  # monotonic time at which the last successful write began
     acquired: str = ""  # acquireTime, sent with every renewal (an apply that omits a field removes it)
     lease_name: str = LEASE_NAME  # the network operator holds its own (upstream's ID)
+    timing: LeaseTiming = field(default_factory=LeaseTiming)
 
     @property
     def held(self) -> bool:
@@ -90,17 +118,17 @@ class LeaderElection:
         ``leading`` alone is not enough: a process paused past the Lease's duration wakes with it still
         set, and its work loops may run before the ``lease`` loop has looked. They check this first.
         """
-        return self.held and self.monotonic() - self.renewed_at < RENEW_DEADLINE
+        return self.held and self.monotonic() - self.renewed_at < self.timing.deadline
 
     async def step(self) -> Result:
-        """Acquire or renew once; come back in RENEW_SECONDS while leading, RETRY_SECONDS while standing by."""
+        """Acquire or renew once; come back in ``timing.renew`` s while leading, ``timing.retry`` while standing by."""
         was = self.held
         try:
-            async with asyncio.timeout(REQUEST_SECONDS):
+            async with asyncio.timeout(min(REQUEST_SECONDS, self.timing.retry)):
                 held = await self.try_acquire()
         except Exception:
             if not self.fresh():  # still ours for a while: keep working, and retry on the loop's backoff
-                self._follow(f"the Lease could not be renewed within {RENEW_DEADLINE} s")
+                self._follow(f"the Lease could not be renewed within {self.timing.deadline:g} s")
             raise  # the loop logs, counts and retries it
         if held and not was:
             log.info("became leader (%s)", self.identity)
@@ -108,7 +136,7 @@ class LeaderElection:
                 self.on_elected()
         elif was and not held:
             log.warning("lost leadership (another replica holds the Lease); work stops until it is ours again")
-        return Result(after=RENEW_SECONDS if held else RETRY_SECONDS)
+        return Result(after=self.timing.renew if held else self.timing.retry)
 
     def _follow(self, why: str) -> None:
         if self.leading.is_set():
@@ -117,7 +145,7 @@ class LeaderElection:
 
     async def try_acquire(self) -> bool:
         now = self.wall()
-        if self.held and self.monotonic() - self.renewed_at < LEASE_SECONDS - RENEW_SECONDS:
+        if self.held and self.monotonic() - self.renewed_at < self.timing.duration - self.timing.renew:
             # Renewed well within the lease's duration: nobody can have taken it since, so renewing is
             # one write, no read (an idle operator's Lease costs 12 requests a minute, not 24).
             started = self.monotonic()
@@ -129,7 +157,7 @@ class LeaderElection:
         holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
         if lease and holder and holder != self.identity and renewed:
             last = dt.datetime.strptime(renewed, _TIME_FORMAT).replace(tzinfo=dt.UTC)
-            if (now - last).total_seconds() < int(spec.get("leaseDurationSeconds", LEASE_SECONDS)):
+            if (now - last).total_seconds() < int(spec.get("leaseDurationSeconds", self.timing.duration)):
                 self.leading.clear()
                 return False
         if holder != self.identity or not self.acquired:  # a new holding (or ours, from before a restart)
@@ -143,7 +171,7 @@ class LeaderElection:
     def _body(self, now: dt.datetime) -> dict[str, Any]:
         spec = {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": LEASE_SECONDS,
+            "leaseDurationSeconds": self.timing.duration,
             "acquireTime": self.acquired,
             "renewTime": _micro(now),
         }
@@ -154,7 +182,7 @@ class LeaderElection:
         return {"apiVersion": LEASE_API, "kind": "Lease", "metadata": metadata, "spec": spec}
 
     async def release(self) -> None:
-        """Give the Lease up on a clean stop, so a standby takes over at once rather than after 15 s."""
+        """Give the Lease up on a clean stop, so a standby takes over at once rather than when it expires."""
         if self.held:
             try:
                 await self.store.delete(LEASE_API, "Lease", self.lease_name, namespace=self.namespace)
