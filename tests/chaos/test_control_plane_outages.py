@@ -197,7 +197,7 @@ def test_api_server_down_during_a_driver_upgrade(
         caught = [s for s in watch.seen_states if s not in m.IDLE_STATES]
         outage = _outage(chaos_cluster, comp.APISERVER, seconds=OUTAGE_SECONDS)
         in_charge = _back_in_charge(client, namespace, operator, outage=outage)
-        wait_states(client, names, want=m.DONE, timeout=600, describe="every node upgrade-done")
+        wait_states(client, names, want=m.DONE, timeout=300, describe="every node upgrade-done")
         done = time.monotonic() - outage.up
         watch.catch_up()
     assert watch.max_in_progress <= 2

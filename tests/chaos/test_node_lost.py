@@ -57,7 +57,7 @@ def test_a_node_lost_mid_upgrade_holds_one_slot_and_is_forgotten_once_deleted(
         chaos_sim.call(chaos_sim.nodes.pop(lost).remove(delete_objects=False))
         begun = time.monotonic()
         rest = [n for n in names if n != lost]
-        wait_states(client, rest, want=m.DONE, timeout=600, describe="the other nodes upgrade-done")
+        wait_states(client, rest, want=m.DONE, timeout=300, describe="the other nodes upgrade-done")
         rest_done = time.monotonic() - begun
         watch.catch_up()
         assert node_states(client, [lost])[lost] not in (m.DONE, m.UNCORDON), "a dead node reported upgraded"

@@ -279,7 +279,7 @@ def test_a_driver_upgrade_evicts_the_workload_first_and_ends_upgrade_done(
         done = all(state == "upgrade-done" for state in states.values())
         return done and len(driver_gone) == len(PROFILES) and policy_state(kube) == "ready"
 
-    wait_for(upgraded, timeout=480, interval=0.5, describe="both nodes upgrade-done on the new driver")
+    wait_for(upgraded, timeout=300, interval=0.5, describe="both nodes upgrade-done on the new driver")
     print(f"driver upgrade {OLD} -> {NEW} on 2 nodes: {time.monotonic() - began:.1f} s; workload evicted at "
           f"{workload_gone}, old driver pod gone at {driver_gone}")  # fmt: skip
     assert restarted, "the first node was never seen waiting for its workload to go"
@@ -447,7 +447,7 @@ def test_a_good_driver_passes_its_canarys_real_gates_and_reaches_every_node(
             and images == {reference(version=target, os_tag=host_os_tag())}
         )
 
-    wait_for(completed, timeout=480, interval=0.5, describe=f"driver {target} on both nodes through the canary")
+    wait_for(completed, timeout=300, interval=0.5, describe=f"driver {target} on both nodes through the canary")
     print(f"canary rollout of a good driver ({target}): {time.monotonic() - began:.1f} s; phases {phases}")
     assert phases[1:4] == ["canary", "soaking", "proceeding"], phases
     assert other_started_in == ["proceeding"]  # the other node waited for the canary to pass

@@ -208,7 +208,7 @@ def test_a_bad_driver_halts_on_its_canary_and_rolls_back_and_a_good_one_complete
                 op.restart()
                 wait_for(lambda: set(node_states(client, names).values()) == {m.DONE}
                          and {v for _, v in _drivers(client, namespace).values()} == {GOOD_NEXT},
-                         timeout=400, describe="every node on the good driver")  # fmt: skip
+                         timeout=300, describe="every node on the good driver")  # fmt: skip
                 wait_for(lambda: _rollout(client, namespace).get("goodVersion") == GOOD_NEXT, timeout=30,
                          describe="the good driver kept as the last good one")  # fmt: skip
             assert _rollout(client, namespace)["phase"] == c.IDLE

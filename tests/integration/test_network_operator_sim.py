@@ -319,7 +319,7 @@ def test_ofed_version_bump_rolls_every_node_within_max_parallel(
             )
             return states == {"upgrade-done"} and fresh
 
-        wait_for(all_done, timeout=400, describe="every node upgrade-done on the new OFED version")
+        wait_for(all_done, timeout=300, describe="every node upgrade-done on the new OFED version")
     finally:
         watch.stop.set()
         watch.thread.join()

@@ -137,7 +137,7 @@ def test_rolling_driver_upgrade_of_20_nodes(
     def all_done() -> bool:
         return set(_states(client, nodes).values()) == {m.DONE}
 
-    wait_for(all_done, timeout=420, describe="every node upgrade-done on the first version")
+    wait_for(all_done, timeout=300, describe="every node upgrade-done on the first version")
     wait_for(lambda: _ready_policy(client), timeout=120, describe="ClusterPolicy ready")
     client.create(trainer(namespace, replicas=4))
     wait_for(lambda: running(client, namespace) == 4, timeout=120, describe="4 trainer pods running")
@@ -174,7 +174,7 @@ def test_rolling_driver_upgrade_of_20_nodes(
         ClusterPolicyResource, "cluster-policy", {"spec": {"driver": {"version": NEW}}}, patch_type=PatchType.MERGE
     )
     restarted: list[str] = []
-    deadline = time.monotonic() + 480
+    deadline = time.monotonic() + 300
     try:
         while time.monotonic() < deadline:
             states = _states(client, nodes)
