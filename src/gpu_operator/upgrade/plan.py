@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpu_operator.names.keys import UpgradeKeys
+from gpu_operator.names.pods import PodView
 from gpu_operator.upgrade import model as m
 from gpu_operator.upgrade.model import Knobs, NodeView, Snapshot
 from gpu_operator.upgrade.steps import Step, Work, node_pods_to_drain, pods_to_delete, timer_starts, timers
@@ -321,19 +322,14 @@ def _validation(work: Work, _slots: list[int]) -> bool:
         # once instead of after the validation timeout.
         work.move(m.POD_RESTART, "the driver changed during validation: restarting the driver pod")
         return True
-    born = driver.created if driver is not None else 0.0
-    # A validator pod older than the driver pod validated the old driver: it does not count, and it
-    # is restarted so that its checks run against the new driver.
-    stale = [v for v in work.node.validators if v.created < born and not v.terminating]
-    work.restart.extend(v.key for v in stale)
-    fresh = [v for v in work.node.validators if v.created >= born and not v.terminating]
+    fresh = _fresh_validators(work, born=driver.created if driver is not None else 0.0)
     if fresh and all(v.phase == "Running" and v.ready for v in fresh):
         work.leave_maintenance("validation passed")
         return True
     gave_up = next((v for v in fresh if v.init_failure), None)
     if gave_up is not None:
-        # A check that gave up on this driver (the CUDA check exits after failing three times in a row): a
-        # definite answer, so the node fails now rather than at the validation timeout, and a canary halts.
+        # A check that gave up on this driver (the CUDA check exits after failing for 10 s): a definite
+        # answer, so the node fails now rather than at the validation timeout, and a canary halts.
         work.fail(f"validator pod {gave_up.name} failed on this driver: {gave_up.init_failure}")
         return False
     if work.timed_out(work.keys.validation_start, work.knobs.validation_timeout):
@@ -395,9 +391,15 @@ def _validated(work: Work, *, born: float) -> bool:
         return True
     if not work.node.validators_known:
         return False
-    work.restart.extend(v.key for v in work.node.validators if v.created < born and not v.terminating)
-    fresh = [v for v in work.node.validators if v.created >= born and not v.terminating]
+    fresh = _fresh_validators(work, born=born)
     return bool(fresh) and all(v.phase == "Running" and v.ready for v in fresh)
+
+
+def _fresh_validators(work: Work, *, born: float) -> list[PodView]:
+    """The validator pods newer than the driver pod (created at ``born``). An older one validated the old
+    driver: it does not count, and it is restarted so that its checks run against the new driver."""
+    work.restart.extend(v.key for v in work.node.validators if v.created < born and not v.terminating)
+    return [v for v in work.node.validators if v.created >= born and not v.terminating]
 
 
 def _new_pod(work: Work) -> bool:
