@@ -63,19 +63,30 @@ fmt: $(STAMP) ## Format the code and apply safe lint fixes
 	$(BIN)/ruff check --fix src tests bench
 
 .PHONY: test
+#: The tiers that run on every core (pytest-xdist): no cluster, no host state, only temporary files and
+#: ports of their own. The others follow in one process: they share a control plane, real nodes or a GPU.
+#: PYTEST_ARGS go to both runs: select with -k or -m, not with paths.
+FAST_TIERS := tests/unit tests/golden tests/contract
+SLOW_TIERS := tests/gpu tests/e2e tests/integration tests/chaos
+
 test: $(STAMP) kube-bin node-bin nfd-bin prometheus containerd-bin lint ## Lint, type-check and run every test tier this machine can run
 	@# pytest exits 5 when it collects nothing: not a failure of the build. The e2e tier builds (or reuses) the image.
-	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" GPU_OPERATOR_NODE_BIN_DIR="$$(bash hack/build-node.sh)" \
-	  $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
+	@# The second run adds its times to the first's (tests/timing.py), so the last table covers both.
+	GPU_OPERATOR_KUBE_BIN_DIR="$$(bash hack/build-kube.sh)" GPU_OPERATOR_NODE_BIN_DIR="$$(bash hack/build-node.sh)"; \
+	  export GPU_OPERATOR_KUBE_BIN_DIR GPU_OPERATOR_NODE_BIN_DIR; \
+	  $(BIN)/pytest -n auto $(FAST_TIERS) $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests in the fast tiers"; rc=0; fi; \
+	  if [ $$rc -ne 0 ]; then exit $$rc; fi; \
+	  GPU_OPERATOR_TEST_TIMES_CONTINUE=1 $(BIN)/pytest $(SLOW_TIERS) $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests in the other tiers"; rc=0; fi; exit $$rc
 
 .PHONY: test-unit
-test-unit: $(STAMP) prometheus ## Only the fast tiers: unit (no sockets, 2 s a test) and golden
-	$(BIN)/pytest tests/unit tests/golden $(PYTEST_ARGS)
+test-unit: $(STAMP) prometheus ## Only the fast tiers: unit (no sockets, 2 s a test) and golden, on every core
+	$(BIN)/pytest -n auto tests/unit tests/golden $(PYTEST_ARGS)
 
 .PHONY: test-contract
 test-contract: $(STAMP) ## The contract tier: fake driver and NVML, gRPC and HTTP servers on local sockets
-	$(BIN)/pytest tests/contract $(PYTEST_ARGS)
+	$(BIN)/pytest -n auto tests/contract $(PYTEST_ARGS)
 
 .PHONY: test-integration
 test-integration: $(STAMP) kube-bin node-bin nfd-bin prometheus containerd-bin ## Only the integration tier: one real control plane for the run

@@ -9,6 +9,7 @@ Every run ends with where its time went (``tests/timing.py``).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # Imported now, not by Hypothesis's pytest plugin in its end-of-run summary, which it does when no test
@@ -18,7 +19,7 @@ from pathlib import Path
 import hypothesis  # noqa: F401
 import pytest
 
-from tests.timing import TimingPlugin
+from tests.timing import CONTINUE_ENV, TimingPlugin
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
@@ -46,7 +47,8 @@ def tier_of(path: Path) -> str | None:
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("test-timing"):
         timing = TimingPlugin(root=REPO, tier_of=lambda module: tier_of(REPO / module), order=RUN_ORDER,
-                              output=REPO / "build" / "test-times.json")  # fmt: skip
+                              output=REPO / "build" / "test-times.json",
+                              resume=os.environ.get(CONTINUE_ENV) == "1")  # fmt: skip
         timing.time_waits()
         config.pluginmanager.register(timing, "test-timing")
 

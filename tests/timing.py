@@ -9,6 +9,13 @@ through it) with their ``describe`` text: in a module of a few long flows they s
 went to. The table goes to the terminal and, as JSON, to ``build/test-times.json``, so each change can
 show what it cost (a CI log keeps the table; the file is for comparing two runs).
 
+Times come from the test reports (each phase's duration, and the waits a test made as its report's user
+properties), so the same table comes out of a run spread over pytest-xdist workers: there a tier's
+seconds are the sum over workers, more than the wall time it took, which the table then says. ``make
+test`` runs the fast tiers on every core and the others after them, in a second pytest run that sets
+``GPU_OPERATOR_TEST_TIMES_CONTINUE=1``: that run adds its times to the first's record, and its table is
+the whole run's.
+
 Pure core: :func:`summarise` and :func:`table` take the measured times and do no I/O.
 """
 
@@ -20,7 +27,7 @@ import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -71,14 +78,40 @@ def table(summary: Summary) -> list[str]:
     return lines
 
 
-class TimingPlugin:
-    """Measures each test from setup to teardown and reports per module when the run ends."""
+#: The user property a test's report carries for each wait it made: (seconds, what it waited for).
+WAIT_PROPERTY = "gpu_operator_wait"
+#: Set (to 1) in a run that continues the record an earlier run of the same ``make test`` wrote.
+CONTINUE_ENV = "GPU_OPERATOR_TEST_TIMES_CONTINUE"
 
-    def __init__(self, *, root: Path, tier_of: TierOf, order: Sequence[str], output: Path) -> None:
+
+class TimingPlugin:
+    """Adds up each test's phases per module from the reports and reports per module when the run ends."""
+
+    def __init__(
+        self, *, root: Path, tier_of: TierOf, order: Sequence[str], output: Path, resume: bool = False
+    ) -> None:
         self.root, self.tier_of, self.order, self.output = root, tier_of, order, output
         self.modules: dict[str, tuple[int, float]] = {}
         self.waits: list[tuple[float, str, str]] = []  # (seconds, test id, what it waited for)
-        self.current = ""
+        self.current: pytest.Item | None = None
+        self.runs: list[dict[str, Any]] = []  # each pytest run of the record: its tiers, workers and wall time
+        self.began = time.monotonic()
+        self.ran: set[str] = set()  # the tiers this run's tests were of
+        self.workers = 0  # pytest-xdist workers of this run (0: none)
+        if resume:
+            self._resume()
+
+    def _resume(self) -> None:
+        try:
+            record = json.loads(self.output.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        for module, row in (record.get("modules") or {}).items():
+            self.modules[module] = (int(row["tests"]), float(row["seconds"]))
+        self.waits += [
+            (float(w["seconds"]), str(w["test"]), str(w["describe"])) for w in record.get("longest_waits") or []
+        ]
+        self.runs += list(record.get("runs") or [])
 
     def time_waits(self) -> None:
         """Wrap ``waiting.wait_for`` before any test module imports it by name (collection comes later)."""
@@ -90,29 +123,51 @@ class TimingPlugin:
             try:
                 return original(check, **kwargs)
             finally:
-                self.waits.append((time.monotonic() - began, self.current, str(kwargs.get("describe", "?"))))
+                if self.current is not None:
+                    seconds = time.monotonic() - began
+                    self.current.user_properties.append((WAIT_PROPERTY, (seconds, str(kwargs.get("describe", "?")))))
 
         waiting.wait_for = timed
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, None, None]:
-        began = time.monotonic()
-        self.current = item.nodeid
+        # Where the test runs (this process or an xdist worker): its waits go on its reports from here.
+        self.current = item
         yield
-        try:
-            module = item.path.resolve().relative_to(self.root).as_posix()
-        except ValueError:
-            module = str(item.path)
+        self.current = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        module = report.location[0] if report.location else report.nodeid.split("::")[0]
         count, seconds = self.modules.get(module, (0, 0.0))
-        self.modules[module] = (count + 1, seconds + time.monotonic() - began)
+        done = report.when == "teardown"
+        self.modules[module] = (count + int(done), seconds + report.duration)
+        if done:
+            self.ran.add(self.tier_of(module) or "other")
+            for name, value in report.user_properties:
+                if name == WAIT_PROPERTY:
+                    waited, what = cast("tuple[float, str]", value)  # a list once it crossed from a worker
+                    self.waits.append((float(waited), report.nodeid, str(what)))
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.began = time.monotonic()
+        self.ran = set()
+        self.workers = int(getattr(session.config.option, "numprocesses", 0) or 0)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.modules:
             return
+        ranks = [*self.order, "other"]
+        tiers_run = sorted(self.ran, key=lambda t: ranks.index(t) if t in ranks else len(ranks))
+        self.runs.append({"tiers": tiers_run, "workers": self.workers,
+                          "wall_seconds": round(time.monotonic() - self.began, 1)})  # fmt: skip
         summary = summarise(self.modules, tier_of=self.tier_of, order=self.order)
         terminalreporter.section("where the time went")
         for line in table(summary):
             terminalreporter.write_line(line)
+        terminalreporter.write_line("")
+        for run in self.runs:
+            on = f"on {run['workers']} workers (tier seconds summed over them)" if run["workers"] else "in one process"
+            terminalreporter.write_line(f"{', '.join(run['tiers'])}: {run['wall_seconds']:.1f} s wall, {on}")
         longest = sorted(self.waits, reverse=True)[:LONGEST_WAITS]
         if longest:
             terminalreporter.write_line("")
@@ -123,5 +178,5 @@ class TimingPlugin:
         modules = {m: {"tests": c, "seconds": round(s, 1)} for m, (c, s) in sorted(self.modules.items())}
         self.output.parent.mkdir(parents=True, exist_ok=True)
         waits = [{"seconds": round(s, 1), "test": t, "describe": w} for s, t, w in longest]
-        record = {"tiers": tiers, "modules": modules, "longest_waits": waits}
+        record = {"tiers": tiers, "modules": modules, "longest_waits": waits, "runs": self.runs}
         self.output.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

@@ -9,7 +9,10 @@ quit and withdraws the marker. The config name comes from the node label, as the
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +33,17 @@ def tools(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def ctx(tools: Path, tmp_path: Path) -> FakeContext:
+def short_root() -> Iterator[Path]:
+    """The host root: short, because the daemon's pipe directory under it holds a Unix socket (at most 107
+    bytes of path), and pytest's tmp_path under an xdist worker is longer than that leaves room for."""
+    root = Path(tempfile.mkdtemp(prefix="mps-"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def ctx(tools: Path, short_root: Path) -> FakeContext:
+    tmp_path = short_root
     configs = tmp_path / "container" / "available-configs"
     configs.mkdir(parents=True)
     (configs / "mps-4").write_text(MPS_CONFIG)
