@@ -233,8 +233,8 @@ def test_upstreams_renew_deadline_sets_the_lease_its_renewals_and_a_standbys_tri
     assert (ten.duration, ten.renew, ten.retry, ten.deadline) == (15, 5.0, 2.0, 10.0)
     short = LeaseTiming.from_renew_deadline(1.5)
     assert (short.duration, short.renew, short.retry, short.deadline) == (7, 0.75, 0.75, 1.5)
-    with pytest.raises(ValueError, match="more than 0"):
-        LeaseTiming.from_renew_deadline(0)
+    with pytest.raises(ValueError, match="from 1 to 3600 s"):
+        LeaseTiming.from_renew_deadline(0.5)  # renewals every 0.25 s would hammer the API server
 
 
 def test_a_short_lease_is_written_renewed_and_given_up_on_its_own_times() -> None:
@@ -258,3 +258,14 @@ def test_a_short_lease_is_written_renewed_and_given_up_on_its_own_times() -> Non
     standby = LeaderElection(store=leases, namespace=NAMESPACE, identity="other", timing=timing)
     leases.broken = False
     assert asyncio.run(standby.step()).after == 1.0  # a standby tries at the short pace too
+
+
+@pytest.mark.parametrize("value", ["10", "500ms", "2h", "ten"])
+def test_the_operator_refuses_a_renew_deadline_it_cannot_use_naming_the_flag(value: str) -> None:
+    from click.testing import CliRunner  # noqa: PLC0415 - only this test runs the command
+
+    from gpu_operator.cli.operator import operator_command  # noqa: PLC0415
+
+    result = CliRunner().invoke(operator_command, ["--namespace", "x", "--leader-lease-renew-deadline", value])
+    assert result.exit_code == 2
+    assert f'--leader-lease-renew-deadline: "{value}" is not a duration from 1s to 1h' in result.output

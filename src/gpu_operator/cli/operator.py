@@ -24,7 +24,7 @@ from gpu_operator.reconcile.clusterpolicy import Outcome
 from gpu_operator.reconcile.endpoints import OperatorMetrics, Renders, serve
 from gpu_operator.reconcile.operator import Operator
 from gpu_operator.render import OperatorSettings
-from gpu_operator.runtime.leader import MAX_RENEW_DEADLINE, LeaseTiming
+from gpu_operator.runtime.leader import MAX_RENEW_DEADLINE, MIN_RENEW_DEADLINE, LeaseTiming
 
 
 class Process(Protocol):
@@ -80,11 +80,12 @@ def _renew_deadline(_ctx: click.Context, param: click.Parameter, value: str) -> 
         return LeaseTiming()
     flag = f"--{(param.name or '').replace('_', '-')}"
     try:
-        seconds = env_duration({flag: value}, flag, default=0.0, minimum=0.001, maximum=MAX_RENEW_DEADLINE,
-                               bare_seconds=False)  # fmt: skip
+        seconds = env_duration({flag: value}, flag, default=0.0, minimum=MIN_RENEW_DEADLINE,
+                               maximum=MAX_RENEW_DEADLINE, bare_seconds=False)  # fmt: skip
     except ConfigRefusedError as error:
         raise click.BadParameter(str(error)) from error
-    return LeaseTiming.from_renew_deadline(seconds or 0.0)
+    assert seconds is not None  # no special words: a value or a refusal
+    return LeaseTiming.from_renew_deadline(seconds)
 
 
 @click.command("operator")

@@ -42,6 +42,8 @@ REQUEST_SECONDS = RETRY_SECONDS
 #: The longest ``--leader-lease-renew-deadline`` taken: a leader that may act an hour after its last renewal
 #: leaves the cluster without an operator for that long when its node goes.
 MAX_RENEW_DEADLINE = 3600.0
+#: The shortest one taken: renewals come at half the deadline, and a shorter one would hammer the API server.
+MIN_RENEW_DEADLINE = 1.0
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
@@ -78,8 +80,8 @@ class LeaseTiming:
         """Upstream's flag: a leader that could not renew for ``seconds`` stops acting; the Lease lasts 5 s
         longer (what controller-runtime's manager is given there), so nobody else may act before it stops.
         Renewals and a standby's tries come at least twice within the deadline."""
-        if not 0 < seconds <= MAX_RENEW_DEADLINE:
-            raise ValueError(f"the renew deadline must be more than 0 and at most {MAX_RENEW_DEADLINE:g} s")
+        if not MIN_RENEW_DEADLINE <= seconds <= MAX_RENEW_DEADLINE:
+            raise ValueError(f"the renew deadline must be from {MIN_RENEW_DEADLINE:g} to {MAX_RENEW_DEADLINE:g} s")
         return cls(duration=math.ceil(seconds + 5), renew=min(RENEW_SECONDS, seconds / 2),
                    retry=min(RETRY_SECONDS, seconds / 2), deadline=seconds)  # fmt: skip
 

@@ -10,10 +10,9 @@ after 0.5 s first and twice as long each time up to it), ``OUTPUT_DIR``
 In wait mode every check is retried until it passes, except the CUDA check: it runs once its driver,
 toolkit and devices were checked, so a CUDA workload that keeps failing for two intervals (at least
 ``CUDA_ATTEMPTS`` checks, 10 s at the default interval) is an answer, not a wait. The component then
-exits 1 with the last failure as
-its termination message, as NVIDIA's validator exits (it does not wait for CUDA); the kubelet runs it
-again after a back-off, and the upgrade controller fails a node being validated at once instead of at
-its validation timeout (a canary rollout halts with it).
+exits 1 with the last failure as its termination message, as NVIDIA's validator exits (it does not
+wait for CUDA); the kubelet runs it again after a back-off, and the upgrade controller fails a node
+being validated at once instead of at its validation timeout (a canary rollout halts with it).
 
 The chain: driver (after ``.driver-ctr-ready`` when a driver container is used) -> toolkit (after
 ``driver-ready``) -> cuda and plugin (after ``toolkit-ready``). A component first removes its own
