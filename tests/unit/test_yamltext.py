@@ -18,7 +18,7 @@ def test_dates_are_strings_as_kubernetes_reads_them() -> None:
         ("a: !!timestamp 2020-13-01\n", "in.yaml:1:4: invalid YAML: could not determine a constructor"),
         ("a: !!binary zz\n", "in.yaml:1:4: invalid YAML: failed to decode base64"),
         ("a: [1\n", "in.yaml:2:1: invalid YAML"),
-        ("[" * 3000 + "]" * 3000, "in.yaml: invalid YAML: nested too deeply"),
+        ("[" * 3000 + "]" * 3000, "in.yaml:1:101: invalid YAML: nested more than 100 levels"),
     ],
 )
 def test_unreadable_values_are_one_error_naming_the_source(text: str, message: str) -> None:

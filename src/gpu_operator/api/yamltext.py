@@ -41,10 +41,15 @@ _YAML11_Y_N = frozenset({"y", "Y", "n", "N"})
 MAX_CHARS = 4 * 1024 * 1024
 #: The most digits an integer may have: an int64 has 19.
 MAX_INT_DIGITS = 19
+#: The deepest nesting read: far beyond any manifest or config (a CRD schema nests about 30), and refused
+#: as soon as it is reached, not when Python's recursion limit ends the parse after a second of CPU.
+MAX_DEPTH = 100
 
 
 class _Loader(yaml.SafeLoader):
     """The safe loader without implicit timestamps, aliases, duplicate or non-string keys, or huge integers."""
+
+    depth = 0
 
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
         if self.check_event(yaml.AliasEvent):
@@ -53,7 +58,14 @@ class _Loader(yaml.SafeLoader):
             raise ComposerError(
                 None, None, f"alias *{event.anchor} is not allowed (write the value out)", event.start_mark
             )
-        return super().compose_node(parent, index)
+        if self.depth >= MAX_DEPTH:
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels", event.start_mark)
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def construct_yaml_int(self, node: ScalarNode) -> int:
         # Python refuses to convert more than 4300 digits, and no field takes more than an int64's 19:
